@@ -1,0 +1,283 @@
+/*
+ * libmla — CPU kernels for DeepSeek-style Multi-head Latent Attention.
+ *
+ * This header is the whole public API. Conventions:
+ *   - Every function that can fail returns mla_status; on failure
+ *     mla_last_error() holds a thread-local message and nothing was written.
+ *   - Memory is the caller's. Sizes are int64_t, counted in elements.
+ *   - The library never prints (except under MLA_LOG=1) and never aborts.
+ *   - Initialization happens on first use (or mla_init()), once, thread-safely.
+ */
+#ifndef MLA_H
+#define MLA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MLA_API __attribute__((visibility("default")))
+#else
+#define MLA_API
+#endif
+
+#define MLA_VERSION_MAJOR 0
+#define MLA_VERSION_MINOR 1
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mla_status {
+    MLA_OK = 0,
+    MLA_ERR_INVALID_ARGUMENT, /* NULL, negative or inconsistent sizes        */
+    MLA_ERR_OUT_OF_RANGE,     /* an index (block id, slot) outside its range */
+    MLA_ERR_OVERFLOW,         /* a size product does not fit in int64_t      */
+    MLA_ERR_UNSUPPORTED,      /* dtype / dims / block size not supported      */
+    MLA_ERR_UNKNOWN_BACKEND,  /* no backend of that name; message lists names */
+    MLA_ERR_BACKEND_INVALID,  /* backend cannot run this; message has reasons */
+    MLA_ERR_NO_BACKEND,       /* no backend valid for this op and config      */
+    MLA_ERR_ALREADY_EXISTS,   /* registering a name that is already taken     */
+    MLA_ERR_CAPACITY,         /* a fixed-size table or caller buffer is full  */
+    MLA_ERR_BAD_ENV,          /* an MLA_* environment variable is malformed   */
+} mla_status;
+
+/* Name of a status code ("MLA_ERR_OUT_OF_RANGE"). Never NULL. */
+MLA_API const char *mla_status_str(mla_status status);
+
+/* Message of the last failure on the calling thread ("" if none yet). */
+MLA_API const char *mla_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Data types                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mla_dtype {
+    MLA_DTYPE_F32 = 0,
+    MLA_DTYPE_BF16,
+    MLA_DTYPE_F16,
+    MLA_DTYPE_FP8_E4M3,
+    MLA_DTYPE_FP8_E5M2,
+    MLA_DTYPE_COUNT
+} mla_dtype;
+
+/* Bit of a dtype in a dtype set (mla_backend_desc.q_dtypes / cache_dtypes). */
+#define MLA_DTYPE_BIT(dt) (1u << (unsigned)(dt))
+
+/* "f32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2"; "?" for anything else. */
+MLA_API const char *mla_dtype_name(mla_dtype dtype);
+
+/* ------------------------------------------------------------------------ */
+/* CPU capabilities ("compute capability")                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One bit per capability. A bit is set only when the CPU has the feature AND
+ * the operating system saves its register state (XCR0, Linux AMX permission,
+ * AArch64 hwcaps). */
+typedef enum mla_cap {
+    /* x86-64 */
+    MLA_CAP_SSE42 = 1u << 0,
+    MLA_CAP_AVX2 = 1u << 1,
+    MLA_CAP_FMA = 1u << 2,
+    MLA_CAP_F16C = 1u << 3,
+    MLA_CAP_AVX512F = 1u << 4,
+    MLA_CAP_AVX512BW = 1u << 5,
+    MLA_CAP_AVX512VL = 1u << 6,
+    MLA_CAP_AVX512DQ = 1u << 7,
+    MLA_CAP_AVX512_BF16 = 1u << 8,
+    MLA_CAP_AVX512_FP16 = 1u << 9,
+    MLA_CAP_AMX_TILE = 1u << 10,
+    MLA_CAP_AMX_BF16 = 1u << 11,
+    /* AArch64 */
+    MLA_CAP_ASIMD = 1u << 16,
+    MLA_CAP_ASIMD_FP16 = 1u << 17, /* FP16 arithmetic (FEAT_FP16)        */
+    MLA_CAP_BF16 = 1u << 18,       /* BFDOT/BFMMLA/BFCVT (FEAT_BF16)     */
+    MLA_CAP_SVE = 1u << 19,
+} mla_cap;
+
+typedef uint32_t mla_caps; /* a set of mla_cap bits */
+
+typedef enum mla_arch { MLA_ARCH_OTHER = 0, MLA_ARCH_X86_64, MLA_ARCH_AARCH64 } mla_arch;
+
+/* The raw readings detection is made from. On x86-64: CPUID leaves and XCR0;
+ * on AArch64: the AT_HWCAP / AT_HWCAP2 words. */
+typedef struct mla_cpu_raw {
+    mla_arch arch;
+    uint32_t max_leaf;                      /* CPUID.0:EAX                   */
+    uint32_t leaf1_ecx, leaf1_edx;          /* CPUID.1                       */
+    uint32_t leaf7_ebx, leaf7_ecx, leaf7_edx; /* CPUID.(7,0)                 */
+    uint32_t leaf7_1_eax;                   /* CPUID.(7,1)                   */
+    uint64_t xcr0;                          /* XGETBV(0); 0 without OSXSAVE   */
+    bool amx_permitted;                     /* Linux granted XTILEDATA state  */
+    uint64_t hwcap, hwcap2;                 /* AArch64 getauxval words        */
+} mla_cpu_raw;
+
+/* Fills *raw from the CPU. Replaceable so tests (or a server pinning a
+ * feature level) can present any CPU. */
+typedef void (*mla_cpu_reader)(mla_cpu_raw *raw);
+
+/* Decodes raw readings into capability bits (pure; no CPU access). */
+MLA_API mla_caps mla_cpu_caps_decode(const mla_cpu_raw *raw);
+
+/* Replace the CPU reader (NULL restores the real one). Takes effect at the
+ * next initialization, so call it before any other libmla function. */
+MLA_API void mla_set_cpu_reader(mla_cpu_reader reader);
+
+/* Capabilities in use: detected, then masked by MLA_MAX_ISA. */
+MLA_API mla_caps mla_cpu_caps(void);
+
+/* Capabilities the CPU reports, before MLA_MAX_ISA masking. */
+MLA_API mla_caps mla_cpu_caps_detected(void);
+
+/* Lower-case name of one capability bit ("avx512_bf16"); "?" if not one. */
+MLA_API const char *mla_cap_name(mla_cap cap);
+
+/* Writes the names of the set bits, space separated, into buf (always
+ * NUL-terminated when size > 0). Returns the length the full text needs. */
+MLA_API size_t mla_caps_format(mla_caps caps, char *buf, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Ops, configurations and backends                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Groups of operations that choose their backend independently. */
+typedef enum mla_op {
+    MLA_OP_CONVERT = 0, /* dtype conversions, vector exp                 */
+    MLA_OP_DECODE,      /* absorbed latent-attention decode               */
+    MLA_OP_PREFILL,     /* split-KV prefill                               */
+    MLA_OP_COUNT
+} mla_op;
+
+/* "convert", "decode", "prefill". */
+MLA_API const char *mla_op_name(mla_op op);
+
+/* What a backend is asked to run. */
+typedef struct mla_config {
+    mla_dtype q_dtype;
+    mla_dtype cache_dtype;
+    int64_t kv_lora_rank; /* L, 512 for DeepSeek V2/V3                        */
+    int64_t rope_dim;     /* R, 64 for DeepSeek V2/V3                         */
+    int64_t num_heads;    /* query heads on this rank                        */
+    int64_t block_size;   /* tokens per KV-cache block                       */
+} mla_config;
+
+/* The DeepSeek V3 shape: f32 q, bf16 cache, L=512, R=64, 128 heads, block 64. */
+MLA_API mla_config mla_config_default(void);
+
+/* Micro-kernel signatures. A custom backend may leave any pointer NULL; it
+ * then inherits the ref kernel (as BLIS contexts start from reference
+ * kernels). Conversions round to nearest even and keep NaN (quieted),
+ * infinities and denormals. */
+typedef void (*mla_cvt_bf16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
+typedef void (*mla_cvt_f32_bf16_fn)(const float *src, uint16_t *dst, int64_t n);
+typedef void (*mla_cvt_f16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
+typedef void (*mla_cvt_f32_f16_fn)(const float *src, uint16_t *dst, int64_t n);
+typedef void (*mla_exp_f32_fn)(const float *src, float *dst, int64_t n);
+/* Throughput probe: `iters` rounds of independent f32 multiply-adds on the
+ * backend's widest vectors; returns the FLOPs done and stores a value that
+ * depends on all of them into *sink so the work cannot be elided. */
+typedef double (*mla_fma_probe_fn)(int64_t iters, float *sink);
+
+typedef struct mla_kernels {
+    mla_cvt_bf16_f32_fn cvt_bf16_f32;
+    mla_cvt_f32_bf16_fn cvt_f32_bf16;
+    mla_cvt_f16_f32_fn cvt_f16_f32;
+    mla_cvt_f32_f16_fn cvt_f32_f16;
+    mla_exp_f32_fn exp_f32;
+    mla_fma_probe_fn fma_probe;
+} mla_kernels;
+
+#define MLA_MAX_HEAD_DIMS 4
+
+/* A backend: what it needs, what it accepts, and its micro-kernels. */
+typedef struct mla_backend_desc {
+    const char *name;        /* unique, e.g. "avx512_bf16"                   */
+    const char *isa;         /* ISA of its micro-kernels: "ref", "avx2", ...  */
+    int priority;            /* auto-selection tries higher first            */
+    mla_caps required_caps;  /* every bit must be in mla_cpu_caps()          */
+    uint32_t ops;            /* bit (1u << mla_op) per op it implements      */
+    uint32_t q_dtypes;       /* MLA_DTYPE_BIT set                            */
+    uint32_t cache_dtypes;   /* MLA_DTYPE_BIT set                            */
+    int64_t head_dims[MLA_MAX_HEAD_DIMS]; /* allowed L+R; all 0 = any        */
+    int64_t block_size_multiple;          /* block_size % this == 0; 0/1 any */
+    mla_kernels kernels;
+} mla_backend_desc;
+
+#define MLA_MAX_REASONS 8
+#define MLA_REASON_LEN 96
+
+/* Why a backend cannot run an op/config ("cpu lacks avx512f"). */
+typedef struct mla_reasons {
+    int count;
+    char text[MLA_MAX_REASONS][MLA_REASON_LEN];
+} mla_reasons;
+
+/* Number of backends known (built-in that are compiled in, plus
+ * registered), and the i-th in priority order. */
+MLA_API int mla_backend_count(void);
+MLA_API const mla_backend_desc *mla_backend_at(int index);
+/* NULL if no backend has that name. */
+MLA_API const mla_backend_desc *mla_backend_find(const char *name);
+
+/* Collects every reason the named backend cannot run `op` with `cfg` on this
+ * CPU (cfg may be NULL: only CPU and op support are checked). MLA_OK with
+ * out->count == 0 means valid. Unknown name: MLA_ERR_UNKNOWN_BACKEND. */
+MLA_API mla_status mla_backend_validate(const char *name, mla_op op, const mla_config *cfg,
+                                        mla_reasons *out);
+
+/* Force `op` to use the named backend (NULL: back to auto-selection).
+ * Overrides MLA_<OP>_BACKEND. Fails, changing nothing, if the name is unknown
+ * (message lists valid names) or the backend cannot run on this CPU
+ * (message lists reasons). Not to be called while ops run on other threads. */
+MLA_API mla_status mla_force_backend(mla_op op, const char *name);
+
+/* The backend `op` will use for `cfg` (NULL: CPU checks only): the forced one
+ * if valid, else the first valid in priority order. */
+MLA_API mla_status mla_select_backend(mla_op op, const mla_config *cfg,
+                                      const mla_backend_desc **out);
+
+/* Name of the backend whose kernels ran the calling thread's last successful
+ * op ("" before any). */
+MLA_API const char *mla_last_backend(void);
+
+/* Add a backend (MLA_ERR_ALREADY_EXISTS if the name is taken), or replace an
+ * existing one of the same name when `override` is true (a built-in too).
+ * The descriptor and its strings are copied. NULL kernels inherit ref's. */
+MLA_API mla_status mla_register_backend(const mla_backend_desc *desc, bool override);
+
+/* ------------------------------------------------------------------------ */
+/* Initialization and threads                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Detects the CPU and reads MLA_MAX_ISA, MLA_CONVERT_BACKEND,
+ * MLA_DECODE_BACKEND, MLA_PREFILL_BACKEND and MLA_LOG. Runs once; later calls
+ * return the first result. Optional: every entry point initializes. A bad
+ * environment variable makes this (and every op) fail with MLA_ERR_BAD_ENV,
+ * MLA_ERR_UNKNOWN_BACKEND or MLA_ERR_BACKEND_INVALID and a message. */
+MLA_API mla_status mla_init(void);
+
+/* Threads an op uses when the call does not say: omp_get_max_threads(). */
+MLA_API int mla_default_threads(void);
+
+/* ------------------------------------------------------------------------ */
+/* Element-wise ops (through the MLA_OP_CONVERT backend)                      */
+/* ------------------------------------------------------------------------ */
+
+/* dst[i] = convert(src[i]) for i < n. threads <= 0: mla_default_threads().
+ * src and dst must not overlap. n == 0 is valid and writes nothing. */
+MLA_API mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
+                               int64_t n, int threads);
+
+/* dst[i] = e^src[i] (within 1 ulp; e^-inf = 0, e^+inf = inf, NaN stays NaN).
+ * dst may equal src. */
+MLA_API mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MLA_H */

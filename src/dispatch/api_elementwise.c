@@ -1,0 +1,74 @@
+/* Public element-wise ops: check arguments -> pick backend -> run driver. */
+#include "dispatch.h"
+#include "error.h"
+#include "kernels/common/elementwise.h"
+
+#include <stdint.h>
+
+static size_t dtype_size(mla_dtype dt)
+{
+    return dt == MLA_DTYPE_F32 ? 4 : dt == MLA_DTYPE_BF16 || dt == MLA_DTYPE_F16 ? 2 : 1;
+}
+
+/* True if [a, a+an) and [b, b+bn) share a byte. */
+static bool overlaps(const void *a, int64_t an, const void *b, int64_t bn)
+{
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + (uintptr_t)bn && pb < pa + (uintptr_t)an;
+}
+
+static mla_status run(mla_elementwise_kind kind, void *dst, const void *src, int64_t n, int threads)
+{
+    const mla_kernels *k;
+    const char *backend;
+    mla_status st = mla_dispatch(MLA_OP_CONVERT, NULL, &k, &backend);
+    if (st != MLA_OK)
+        return st;
+    mla_elementwise(k, kind, dst, src, n, threads > 0 ? threads : mla_default_threads());
+    mla_note_backend(backend);
+    return MLA_OK;
+}
+
+mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
+                       int64_t n, int threads)
+{
+    if (n < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: n = %lld < 0", (long long)n);
+    if (n > 0 && (!dst || !src))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: NULL %s", dst ? "src" : "dst");
+    mla_elementwise_kind kind;
+    if (src_dtype == MLA_DTYPE_BF16 && dst_dtype == MLA_DTYPE_F32)
+        kind = MLA_EW_CVT_BF16_F32;
+    else if (src_dtype == MLA_DTYPE_F32 && dst_dtype == MLA_DTYPE_BF16)
+        kind = MLA_EW_CVT_F32_BF16;
+    else if (src_dtype == MLA_DTYPE_F16 && dst_dtype == MLA_DTYPE_F32)
+        kind = MLA_EW_CVT_F16_F32;
+    else if (src_dtype == MLA_DTYPE_F32 && dst_dtype == MLA_DTYPE_F16)
+        kind = MLA_EW_CVT_F32_F16;
+    else
+        return mla_fail(MLA_ERR_UNSUPPORTED, "mla_convert: %s -> %s not supported "
+                        "(supported: bf16 <-> f32, f16 <-> f32)",
+                        mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
+    int64_t src_bytes, dst_bytes;
+    if (!mla_mul_size(n, (int64_t)dtype_size(src_dtype), &src_bytes) ||
+        !mla_mul_size(n, (int64_t)dtype_size(dst_dtype), &dst_bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "mla_convert: n = %lld elements overflows", (long long)n);
+    if (n > 0 && overlaps(dst, dst_bytes, src, src_bytes))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: src and dst overlap");
+    return run(kind, dst, src, n, threads);
+}
+
+mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads)
+{
+    if (n < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_exp_f32: n = %lld < 0", (long long)n);
+    if (n > 0 && (!dst || !src))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_exp_f32: NULL %s", dst ? "src" : "dst");
+    int64_t bytes;
+    if (!mla_mul_size(n, (int64_t)sizeof(float), &bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "mla_exp_f32: n = %lld elements overflows", (long long)n);
+    /* in place is fine (each lane reads before it writes); partial overlap is not */
+    if (n > 0 && dst != src && overlaps(dst, bytes, src, bytes))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_exp_f32: src and dst partially overlap");
+    return run(MLA_EW_EXP_F32, dst, src, n, threads);
+}

@@ -1,0 +1,571 @@
+/*
+ * Initialization, the backend registry, validation and selection.
+ *
+ * Init runs once (double-checked under a mutex, so tests can reset it): read
+ * the CPU, mask it by MLA_MAX_ISA, load the built-in backends, apply
+ * MLA_<OP>_BACKEND. Selection per call: the forced backend if it is valid for
+ * the config, else the first valid backend in priority order.
+ */
+#include "dispatch.h"
+
+#include "error.h"
+#include "kernels/kernels.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BACKENDS 32
+#define NAME_LEN 32
+#define MESSAGE_LEN 1024
+
+typedef struct registry_entry {
+    mla_backend_desc desc; /* desc.name / desc.isa point into the arrays below */
+    char name[NAME_LEN];
+    char isa[NAME_LEN];
+} registry_entry;
+
+static const char *const op_env[MLA_OP_COUNT] = {
+    [MLA_OP_CONVERT] = "MLA_CONVERT_BACKEND",
+    [MLA_OP_DECODE] = "MLA_DECODE_BACKEND",
+    [MLA_OP_PREFILL] = "MLA_PREFILL_BACKEND",
+};
+
+/* Everything init sets up; a reset zeroes it. */
+typedef struct dispatch_state {
+    bool log;
+    mla_caps detected, caps;
+    char max_isa[NAME_LEN]; /* MLA_MAX_ISA as given, "" if unset */
+    /* a malformed environment fails every op with this */
+    mla_status env_status;
+    char env_error[MESSAGE_LEN];
+    /* per op: the forced backend ("" = auto), or why forcing it failed */
+    char forced[MLA_OP_COUNT][NAME_LEN];
+    mla_status op_status[MLA_OP_COUNT];
+    char op_error[MLA_OP_COUNT][MESSAGE_LEN];
+    registry_entry registry[MAX_BACKENDS];
+    int count;
+} dispatch_state;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool ready;
+static mla_cpu_reader cpu_reader;
+static dispatch_state g;
+
+static _Thread_local char last_backend[NAME_LEN];
+
+static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_line(const char *fmt, ...)
+{
+    if (!g.log)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("[mla] ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- registry ------------------------------------------------------------ */
+
+static int find_index(const char *name)
+{
+    for (int i = 0; i < g.count; i++)
+        if (strcmp(g.registry[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Copies desc into the entry, pointing its strings at the entry's own copies
+ * and filling missing kernels from ref. */
+static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
+{
+    static const mla_kernels ref = MLA_KERNEL_TABLE(ref);
+    e->desc = *desc;
+    snprintf(e->name, sizeof e->name, "%s", desc->name);
+    snprintf(e->isa, sizeof e->isa, "%s", desc->isa ? desc->isa : "custom");
+    e->desc.name = e->name;
+    e->desc.isa = e->isa;
+    mla_kernels *k = &e->desc.kernels;
+    k->cvt_bf16_f32 = k->cvt_bf16_f32 ? k->cvt_bf16_f32 : ref.cvt_bf16_f32;
+    k->cvt_f32_bf16 = k->cvt_f32_bf16 ? k->cvt_f32_bf16 : ref.cvt_f32_bf16;
+    k->cvt_f16_f32 = k->cvt_f16_f32 ? k->cvt_f16_f32 : ref.cvt_f16_f32;
+    k->cvt_f32_f16 = k->cvt_f32_f16 ? k->cvt_f32_f16 : ref.cvt_f32_f16;
+    k->exp_f32 = k->exp_f32 ? k->exp_f32 : ref.exp_f32;
+    k->fma_probe = k->fma_probe ? k->fma_probe : ref.fma_probe;
+}
+
+/* Inserts after every entry of equal or higher priority (stable order). */
+static void insert_entry(const mla_backend_desc *desc)
+{
+    int at = 0;
+    while (at < g.count && g.registry[at].desc.priority >= desc->priority)
+        at++;
+    memmove(&g.registry[at + 1], &g.registry[at], (size_t)(g.count - at) * sizeof g.registry[0]);
+    g.count++;
+    fill_entry(&g.registry[at], desc);
+    /* entries that moved must point at their own strings again */
+    for (int i = at + 1; i < g.count; i++) {
+        g.registry[i].desc.name = g.registry[i].name;
+        g.registry[i].desc.isa = g.registry[i].isa;
+    }
+}
+
+static void remove_entry(int index)
+{
+    memmove(&g.registry[index], &g.registry[index + 1],
+            (size_t)(g.count - index - 1) * sizeof g.registry[0]);
+    g.count--;
+    for (int i = index; i < g.count; i++) {
+        g.registry[i].desc.name = g.registry[i].name;
+        g.registry[i].desc.isa = g.registry[i].isa;
+    }
+}
+
+/* "avx512_bf16, avx512, avx2, ref" */
+static void format_names(char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < g.count && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", g.registry[i].name);
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+static void add_reason(mla_reasons *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_reason(mla_reasons *r, const char *fmt, ...)
+{
+    if (r->count >= MLA_MAX_REASONS)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->text[r->count++], MLA_REASON_LEN, fmt, ap);
+    va_end(ap);
+}
+
+static mla_status check_config(const mla_config *cfg)
+{
+    if ((unsigned)cfg->q_dtype >= MLA_DTYPE_COUNT || (unsigned)cfg->cache_dtype >= MLA_DTYPE_COUNT)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "config dtype out of range (q %d, cache %d)",
+                        (int)cfg->q_dtype, (int)cfg->cache_dtype);
+    if (cfg->kv_lora_rank < 1 || cfg->rope_dim < 0 || cfg->num_heads < 1 || cfg->block_size < 1)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT,
+                        "config needs kv_lora_rank >= 1, rope_dim >= 0, num_heads >= 1, block_size >= 1 "
+                        "(got %lld, %lld, %lld, %lld)",
+                        (long long)cfg->kv_lora_rank, (long long)cfg->rope_dim,
+                        (long long)cfg->num_heads, (long long)cfg->block_size);
+    if (cfg->kv_lora_rank > INT64_MAX - cfg->rope_dim)
+        return mla_fail(MLA_ERR_OVERFLOW, "config kv_lora_rank + rope_dim overflows");
+    return MLA_OK;
+}
+
+static void collect_reasons(const mla_backend_desc *b, mla_op op, const mla_config *cfg,
+                            mla_reasons *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!(b->ops & (1u << op)))
+        add_reason(out, "does not implement %s", mla_op_name(op));
+    for (mla_caps missing = b->required_caps & ~g.caps; missing; missing &= missing - 1) {
+        mla_cap bit = (mla_cap)(missing & -missing);
+        if (g.detected & bit)
+            add_reason(out, "cpu lacks %s (masked by MLA_MAX_ISA=%s)", mla_cap_name(bit), g.max_isa);
+        else
+            add_reason(out, "cpu lacks %s", mla_cap_name(bit));
+    }
+    /* dtypes, dims and block sizes matter only to the attention ops */
+    if (!cfg || op == MLA_OP_CONVERT)
+        return;
+    if (!(b->q_dtypes & MLA_DTYPE_BIT(cfg->q_dtype)))
+        add_reason(out, "q dtype %s not supported", mla_dtype_name(cfg->q_dtype));
+    if (!(b->cache_dtypes & MLA_DTYPE_BIT(cfg->cache_dtype)))
+        add_reason(out, "cache dtype %s not supported", mla_dtype_name(cfg->cache_dtype));
+    int64_t dim = cfg->kv_lora_rank + cfg->rope_dim;
+    bool any_dim = true, dim_ok = false;
+    char dims[64] = "";
+    size_t len = 0;
+    for (int i = 0; i < MLA_MAX_HEAD_DIMS; i++) {
+        if (b->head_dims[i] <= 0)
+            continue;
+        any_dim = false;
+        dim_ok = dim_ok || b->head_dims[i] == dim;
+        len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", len ? ", " : "",
+                                (long long)b->head_dims[i]);
+    }
+    if (!any_dim && !dim_ok)
+        add_reason(out, "head dim (L+R) %lld not supported (supported: %s)", (long long)dim, dims);
+    if (b->block_size_multiple > 1 && cfg->block_size % b->block_size_multiple != 0)
+        add_reason(out, "block_size %lld not a multiple of %lld", (long long)cfg->block_size,
+                   (long long)b->block_size_multiple);
+}
+
+/* "cpu lacks avx512f; q dtype f32 not supported" */
+static void join_reasons(const mla_reasons *r, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < r->count && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? "; " : "", r->text[i]);
+}
+
+/* ---- initialization ------------------------------------------------------ */
+
+static mla_status select_ready(mla_op op, const mla_config *cfg, const mla_backend_desc **out);
+
+static mla_status unknown_backend(const char *name)
+{
+    char names[MESSAGE_LEN / 2];
+    format_names(names, sizeof names);
+    return mla_fail(MLA_ERR_UNKNOWN_BACKEND, "unknown backend '%s'; valid backends: %s", name, names);
+}
+
+/* Forces op to the named backend if it can run on this CPU. */
+static mla_status force_locked(mla_op op, const char *name)
+{
+    int i = find_index(name);
+    if (i < 0)
+        return unknown_backend(name);
+    mla_reasons r;
+    collect_reasons(&g.registry[i].desc, op, NULL, &r);
+    if (r.count > 0) {
+        char why[MESSAGE_LEN / 2];
+        join_reasons(&r, why, sizeof why);
+        return mla_fail(MLA_ERR_BACKEND_INVALID, "backend '%s' cannot run %s: %s", name,
+                        mla_op_name(op), why);
+    }
+    snprintf(g.forced[op], sizeof g.forced[op], "%s", name);
+    g.op_status[op] = MLA_OK;
+    return MLA_OK;
+}
+
+static void log_state(void)
+{
+    char caps[256];
+    mla_caps_format(g.detected, caps, sizeof caps);
+    log_line("cpu: %s", caps[0] ? caps : "(no SIMD)");
+    if (g.max_isa[0]) {
+        mla_caps_format(g.caps, caps, sizeof caps);
+        log_line("MLA_MAX_ISA=%s: using %s", g.max_isa, caps[0] ? caps : "(no SIMD)");
+    }
+    for (int i = 0; i < g.count; i++) {
+        mla_reasons r;
+        collect_reasons(&g.registry[i].desc, MLA_OP_CONVERT, NULL, &r);
+        char why[MESSAGE_LEN / 2];
+        join_reasons(&r, why, sizeof why);
+        log_line("backend %-12s %s%s", g.registry[i].name, r.count ? "unavailable: " : "available",
+                 why);
+    }
+    for (int op = 0; op < MLA_OP_COUNT; op++) {
+        const mla_backend_desc *b = NULL;
+        if (g.op_status[op] != MLA_OK)
+            log_line("%s: error: %s", mla_op_name(op), g.op_error[op]);
+        else if (select_ready((mla_op)op, NULL, &b) == MLA_OK)
+            log_line("%s -> %s%s", mla_op_name(op), b->name, g.forced[op][0] ? " (forced)" : "");
+    }
+    log_line("threads: %d (omp_get_max_threads)", omp_get_max_threads());
+}
+
+static void init_locked(void)
+{
+    const char *log = getenv("MLA_LOG");
+    g.log = log && log[0] && strcmp(log, "0") != 0;
+
+    mla_cpu_raw raw;
+    (cpu_reader ? cpu_reader : mla_cpu_read)(&raw);
+    g.detected = g.caps = mla_cpu_caps_decode(&raw);
+
+    int n;
+    const mla_backend_desc *builtin = mla_builtin_backends(&n);
+    g.count = 0;
+    for (int i = 0; i < n; i++)
+        insert_entry(&builtin[i]);
+
+    const char *max_isa = getenv("MLA_MAX_ISA");
+    if (max_isa && max_isa[0]) {
+        mla_caps keep;
+        snprintf(g.max_isa, sizeof g.max_isa, "%s", max_isa);
+        if (mla_isa_level_mask(max_isa, &keep)) {
+            g.caps &= keep;
+        } else {
+            g.env_status = MLA_ERR_BAD_ENV;
+            snprintf(g.env_error, sizeof g.env_error,
+                     "MLA_MAX_ISA=%s is not one of: ref, avx2, avx512, neon", max_isa);
+        }
+    }
+    for (int op = 0; op < MLA_OP_COUNT; op++) {
+        const char *name = getenv(op_env[op]);
+        if (!name || !name[0])
+            continue;
+        g.op_status[op] = force_locked((mla_op)op, name);
+        if (g.op_status[op] != MLA_OK)
+            snprintf(g.op_error[op], sizeof g.op_error[op], "%s=%s: %s", op_env[op], name,
+                     mla_last_error());
+    }
+    if (g.env_status != MLA_OK)
+        log_line("error: %s", g.env_error);
+    log_state();
+}
+
+mla_status mla_init(void)
+{
+    if (!atomic_load_explicit(&ready, memory_order_acquire)) {
+        pthread_mutex_lock(&lock);
+        if (!atomic_load_explicit(&ready, memory_order_relaxed)) {
+            init_locked();
+            atomic_store_explicit(&ready, true, memory_order_release);
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    if (g.env_status != MLA_OK)
+        return mla_fail(g.env_status, "%s", g.env_error);
+    for (int op = 0; op < MLA_OP_COUNT; op++)
+        if (g.op_status[op] != MLA_OK)
+            return mla_fail(g.op_status[op], "%s", g.op_error[op]);
+    return MLA_OK;
+}
+
+/* Init for one op: a bad env var of another op does not stop this one. */
+static mla_status init_for(mla_op op)
+{
+    mla_status st = mla_init();
+    if (st == MLA_OK)
+        return MLA_OK;
+    if (g.env_status != MLA_OK)
+        return mla_fail(g.env_status, "%s", g.env_error);
+    if (g.op_status[op] != MLA_OK)
+        return mla_fail(g.op_status[op], "%s", g.op_error[op]);
+    return MLA_OK;
+}
+
+void mla_dispatch_reset(void)
+{
+    pthread_mutex_lock(&lock);
+    memset(&g, 0, sizeof g);
+    atomic_store(&ready, false);
+    pthread_mutex_unlock(&lock);
+}
+
+void mla_set_cpu_reader(mla_cpu_reader reader)
+{
+    pthread_mutex_lock(&lock);
+    cpu_reader = reader;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- public queries ------------------------------------------------------- */
+
+mla_caps mla_cpu_caps(void)
+{
+    mla_init();
+    return g.caps;
+}
+
+mla_caps mla_cpu_caps_detected(void)
+{
+    mla_init();
+    return g.detected;
+}
+
+int mla_backend_count(void)
+{
+    mla_init();
+    return g.count;
+}
+
+const mla_backend_desc *mla_backend_at(int index)
+{
+    mla_init();
+    return index >= 0 && index < g.count ? &g.registry[index].desc : NULL;
+}
+
+const mla_backend_desc *mla_backend_find(const char *name)
+{
+    mla_init();
+    int i = name ? find_index(name) : -1;
+    return i >= 0 ? &g.registry[i].desc : NULL;
+}
+
+mla_status mla_backend_validate(const char *name, mla_op op, const mla_config *cfg, mla_reasons *out)
+{
+    if (!name || !out)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_backend_validate: name and out are required");
+    if ((unsigned)op >= MLA_OP_COUNT)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "op %d out of range", (int)op);
+    mla_init();
+    if (cfg) {
+        mla_status st = check_config(cfg);
+        if (st != MLA_OK)
+            return st;
+    }
+    int i = find_index(name);
+    if (i < 0)
+        return unknown_backend(name);
+    collect_reasons(&g.registry[i].desc, op, cfg, out);
+    return MLA_OK;
+}
+
+mla_status mla_force_backend(mla_op op, const char *name)
+{
+    if ((unsigned)op >= MLA_OP_COUNT)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "op %d out of range", (int)op);
+    mla_init();
+    pthread_mutex_lock(&lock);
+    mla_status st = MLA_OK;
+    if (name) {
+        st = force_locked(op, name);
+    } else {
+        g.forced[op][0] = '\0';
+        g.op_status[op] = MLA_OK;
+    }
+    pthread_mutex_unlock(&lock);
+    if (st == MLA_OK)
+        log_line("%s forced to %s", mla_op_name(op), name ? name : "(auto)");
+    return st;
+}
+
+/* Selection proper; needs init done and cfg checked. */
+static mla_status select_ready(mla_op op, const mla_config *cfg, const mla_backend_desc **out)
+{
+    char why[MESSAGE_LEN - 128];
+    mla_reasons r;
+    if (g.forced[op][0]) {
+        int i = find_index(g.forced[op]);
+        if (i < 0)
+            return unknown_backend(g.forced[op]);
+        collect_reasons(&g.registry[i].desc, op, cfg, &r);
+        if (r.count > 0) {
+            join_reasons(&r, why, sizeof why);
+            return mla_fail(MLA_ERR_BACKEND_INVALID, "forced backend '%s' cannot run %s: %s",
+                            g.forced[op], mla_op_name(op), why);
+        }
+        *out = &g.registry[i].desc;
+        return MLA_OK;
+    }
+    size_t len = 0;
+    why[0] = '\0';
+    for (int i = 0; i < g.count; i++) {
+        collect_reasons(&g.registry[i].desc, op, cfg, &r);
+        if (r.count == 0) {
+            *out = &g.registry[i].desc;
+            return MLA_OK;
+        }
+        char one[MESSAGE_LEN / 2];
+        join_reasons(&r, one, sizeof one);
+        if (len < sizeof why)
+            len += (size_t)snprintf(why + len, sizeof why - len, "%s%s: %s", i ? "; " : "",
+                                    g.registry[i].name, one);
+    }
+    return mla_fail(MLA_ERR_NO_BACKEND, "no backend can run %s: %s", mla_op_name(op), why);
+}
+
+mla_status mla_select_backend(mla_op op, const mla_config *cfg, const mla_backend_desc **out)
+{
+    if (!out || (unsigned)op >= MLA_OP_COUNT)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_select_backend: bad op or NULL out");
+    mla_status st = init_for(op);
+    if (st != MLA_OK)
+        return st;
+    if (cfg && (st = check_config(cfg)) != MLA_OK)
+        return st;
+    return select_ready(op, cfg, out);
+}
+
+mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
+{
+    if (!desc || !desc->name || !desc->name[0])
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_register_backend: a named descriptor is required");
+    if (strlen(desc->name) >= NAME_LEN || (desc->isa && strlen(desc->isa) >= NAME_LEN))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "backend name and isa must be shorter than %d",
+                        NAME_LEN);
+    mla_init();
+    pthread_mutex_lock(&lock);
+    mla_status st = MLA_OK;
+    int i = find_index(desc->name);
+    if (i >= 0 && !override) {
+        st = mla_fail(MLA_ERR_ALREADY_EXISTS,
+                      "backend '%s' already exists; pass override=true to replace it", desc->name);
+    } else if (i < 0 && g.count == MAX_BACKENDS) {
+        st = mla_fail(MLA_ERR_CAPACITY, "backend table full (%d entries)", MAX_BACKENDS);
+    } else {
+        if (i >= 0)
+            remove_entry(i);
+        insert_entry(desc);
+    }
+    pthread_mutex_unlock(&lock);
+    if (st == MLA_OK)
+        log_line("backend %s %s (priority %d)", desc->name, i >= 0 ? "overridden" : "registered",
+                 desc->priority);
+    return st;
+}
+
+/* ---- per-call dispatch ---------------------------------------------------- */
+
+mla_status mla_dispatch(mla_op op, const mla_config *cfg, const mla_kernels **kernels,
+                        const char **backend_name)
+{
+    const mla_backend_desc *b;
+    mla_status st = mla_select_backend(op, cfg, &b);
+    if (st != MLA_OK)
+        return st;
+    *kernels = &b->kernels;
+    *backend_name = b->name;
+    return MLA_OK;
+}
+
+void mla_note_backend(const char *name)
+{
+    snprintf(last_backend, sizeof last_backend, "%s", name);
+}
+
+const char *mla_last_backend(void)
+{
+    return last_backend;
+}
+
+int mla_default_threads(void)
+{
+    return omp_get_max_threads();
+}
+
+/* ---- names ---------------------------------------------------------------- */
+
+const char *mla_op_name(mla_op op)
+{
+    switch (op) {
+    case MLA_OP_CONVERT: return "convert";
+    case MLA_OP_DECODE: return "decode";
+    case MLA_OP_PREFILL: return "prefill";
+    case MLA_OP_COUNT: break;
+    }
+    return "?";
+}
+
+const char *mla_dtype_name(mla_dtype dtype)
+{
+    switch (dtype) {
+    case MLA_DTYPE_F32: return "f32";
+    case MLA_DTYPE_BF16: return "bf16";
+    case MLA_DTYPE_F16: return "f16";
+    case MLA_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    case MLA_DTYPE_FP8_E5M2: return "fp8_e5m2";
+    case MLA_DTYPE_COUNT: break;
+    }
+    return "?";
+}
+
+mla_config mla_config_default(void)
+{
+    return (mla_config){
+        .q_dtype = MLA_DTYPE_F32,
+        .cache_dtype = MLA_DTYPE_BF16,
+        .kv_lora_rank = 512,
+        .rope_dim = 64,
+        .num_heads = 128,
+        .block_size = 64,
+    };
+}

@@ -1,0 +1,28 @@
+/* Dispatch internals: detection, the backend registry, selection. */
+#ifndef MLA_DISPATCH_H
+#define MLA_DISPATCH_H
+
+#include "mla.h"
+
+/* The real CPU reader (CPUID/XCR0 or getauxval). */
+void mla_cpu_read(mla_cpu_raw *raw);
+
+/* The capabilities an MLA_MAX_ISA level keeps; false for an unknown level. */
+bool mla_isa_level_mask(const char *name, mla_caps *keep);
+
+/* Built-in backends of this architecture, in priority order. */
+const mla_backend_desc *mla_builtin_backends(int *count);
+
+/* Initializes if needed, then picks the backend for op/cfg (see
+ * mla_select_backend) and returns its kernel table and name. */
+mla_status mla_dispatch(mla_op op, const mla_config *cfg, const mla_kernels **kernels,
+                        const char **backend_name);
+
+/* Records the backend that ran the calling thread's op (mla_last_backend). */
+void mla_note_backend(const char *name);
+
+/* Forget detection, environment, forced choices and registrations, so the
+ * next call initializes again. For tests; not thread-safe. */
+void mla_dispatch_reset(void);
+
+#endif

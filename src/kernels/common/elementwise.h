@@ -1,0 +1,20 @@
+/* Driver for element-wise micro-kernels: splits n over OpenMP threads. */
+#ifndef MLA_COMMON_ELEMENTWISE_H
+#define MLA_COMMON_ELEMENTWISE_H
+
+#include "mla.h"
+
+typedef enum mla_elementwise_kind {
+    MLA_EW_CVT_BF16_F32,
+    MLA_EW_CVT_F32_BF16,
+    MLA_EW_CVT_F16_F32,
+    MLA_EW_CVT_F32_F16,
+    MLA_EW_EXP_F32,
+} mla_elementwise_kind;
+
+/* Runs the kernel of `kind` from table k over [0, n) with up to `threads`
+ * threads; arrays too small to amortize a parallel region run on one. */
+void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
+                     int64_t n, int threads);
+
+#endif

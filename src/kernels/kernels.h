@@ -1,0 +1,35 @@
+/*
+ * Every micro-kernel, by ISA: the one list that the backend table, tests and
+ * benchmarks draw from. Names say what, then how: mla_<op>_<dtype>__<isa>.
+ * Signatures are the mla_*_fn types of mla.h.
+ */
+#ifndef MLA_KERNELS_H
+#define MLA_KERNELS_H
+
+#include "mla.h"
+
+#define MLA_DECLARE_KERNELS(isa)                                                      \
+    void mla_cvt_bf16_f32__##isa(const uint16_t *src, float *dst, int64_t n);         \
+    void mla_cvt_f32_bf16__##isa(const float *src, uint16_t *dst, int64_t n);         \
+    void mla_cvt_f16_f32__##isa(const uint16_t *src, float *dst, int64_t n);          \
+    void mla_cvt_f32_f16__##isa(const float *src, uint16_t *dst, int64_t n);          \
+    void mla_exp_f32__##isa(const float *src, float *dst, int64_t n);                 \
+    double mla_fma_probe_f32__##isa(int64_t iters, float *sink);
+
+MLA_DECLARE_KERNELS(ref)
+#if defined(__x86_64__)
+MLA_DECLARE_KERNELS(avx2)
+MLA_DECLARE_KERNELS(avx512)
+#elif defined(__aarch64__)
+MLA_DECLARE_KERNELS(neon)
+#endif
+
+/* The full table of one ISA, for designated initializers. */
+#define MLA_KERNEL_TABLE(isa)                                                         \
+    {                                                                                 \
+        .cvt_bf16_f32 = mla_cvt_bf16_f32__##isa, .cvt_f32_bf16 = mla_cvt_f32_bf16__##isa, \
+        .cvt_f16_f32 = mla_cvt_f16_f32__##isa, .cvt_f32_f16 = mla_cvt_f32_f16__##isa,     \
+        .exp_f32 = mla_exp_f32__##isa, .fma_probe = mla_fma_probe_f32__##isa,            \
+    }
+
+#endif

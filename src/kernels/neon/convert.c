@@ -1,0 +1,53 @@
+/* AArch64 ASIMD dtype conversions, bit-exact with the ref kernels.
+ * FCVTL/FCVTN (f16 <-> f32) are base ASIMD; they round to nearest even and
+ * quiet NaNs under Linux's default FPCR. Tails go to ref. */
+#include "kernels/kernels.h"
+
+#include <arm_neon.h>
+
+void mla_cvt_bf16_f32__neon(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vld1q_u16(src + i);
+        vst1q_f32(dst + i, vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)));
+        vst1q_f32(dst + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
+    }
+    mla_cvt_bf16_f32__ref(src + i, dst + i, n - i);
+}
+
+/* 4 floats -> 4 bf16 codes. */
+static inline uint16x4_t round_to_bf16(float32x4_t f)
+{
+    const uint32x4_t x = vreinterpretq_u32_f32(f);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(1));
+    const uint32x4_t bias = vaddq_u32(vdupq_n_u32(0x7fff), lsb);
+    const uint16x4_t rounded = vshrn_n_u32(vaddq_u32(x, bias), 16);
+    const uint16x4_t quiet_nan = vorr_u16(vshrn_n_u32(x, 16), vdup_n_u16(0x40));
+    const uint16x4_t is_num = vmovn_u32(vceqq_f32(f, f));
+    return vbsl_u16(is_num, rounded, quiet_nan);
+}
+
+void mla_cvt_f32_bf16__neon(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1_u16(dst + i, round_to_bf16(vld1q_f32(src + i)));
+    mla_cvt_f32_bf16__ref(src + i, dst + i, n - i);
+}
+
+void mla_cvt_f16_f32__neon(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+    mla_cvt_f16_f32__ref(src + i, dst + i, n - i);
+}
+
+void mla_cvt_f32_f16__neon(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1_u16(dst + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src + i))));
+    mla_cvt_f32_f16__ref(src + i, dst + i, n - i);
+}
