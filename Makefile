@@ -76,11 +76,17 @@ endif
 endif
 endif
 
+# Objects record the compiler that built them: switching CC or CFLAGS in the
+# same BUILD folder rebuilds everything instead of mixing runtimes.
+COMPILER_ID := $(CC) $(CFLAGS) $(shell $(CC) --version 2>/dev/null | head -n 1)
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(BUILD)/compiler 2>/dev/null)" = "$(COMPILER_ID)" ] || \
+        echo "$(COMPILER_ID)" > $(BUILD)/compiler)
+
 .PHONY: all lib run test test-neon check-symbols install clean
 all: lib $(BENCH_BINS)
 lib: $(BUILD)/libmla.a $(BUILD)/libmla.so $(BUILD)/mla.pc
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/kernels/*/*.h src/kernels/*.h) Makefile
+$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/kernels/*/*.h src/kernels/*.h) Makefile $(BUILD)/compiler
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(call isa_flags,$<) -c $< -o $@
 
@@ -99,7 +105,7 @@ $(BUILD)/mla.pc: Makefile
 	  'Libs.private: $(LDLIBS)' > $@
 
 # Tools and tests link the static library, as servers do.
-$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(wildcard tests/*.h) $(BUILD)/libmla.a
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(wildcard tests/*.h) $(BUILD)/libmla.a $(BUILD)/compiler
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests $< $(TEST_SUPPORT) -o $@ $(BUILD)/libmla.a -lcmocka $(LDLIBS)
 

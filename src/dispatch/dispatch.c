@@ -483,6 +483,10 @@ mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "backend name and isa must be shorter than %d",
                         NAME_LEN);
     mla_init();
+    /* copy first: desc may point into the registry (a found entry, edited) */
+    registry_entry copy;
+    fill_entry(&copy, desc);
+    desc = &copy.desc;
     pthread_mutex_lock(&lock);
     mla_status st = MLA_OK;
     int i = find_index(desc->name);

@@ -1,0 +1,583 @@
+/*
+ * mla_bench: libmla's throughput next to what this machine can do.
+ *
+ *   mla_bench peak    [--threads N] [--backend NAME] [--reps R] [--json]
+ *   mla_bench convert [--threads N] [--backend NAME] [--reps R] [--n N] [--json]
+ *
+ * `peak` measures two ceilings: the FMA throughput of each backend (its
+ * fma_probe on every thread at once) and memcpy bandwidth. `convert` times
+ * mla_convert and mla_exp_f32 on each backend; these ops are memory bound, so
+ * each is printed next to a memcpy that moves the same number of bytes.
+ *
+ * Only the public API, libc and OpenMP: the bench measures what a caller gets.
+ */
+#include <mla.h>
+
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_REPS 7
+#define MAX_REPS 1000
+#define MAX_THREADS 1024
+#define DEFAULT_N ((int64_t)16 << 20)
+#define MAX_N ((int64_t)1 << 40)
+/* Far beyond any last-level cache, so copy measures DRAM bandwidth. */
+#define COPY_BYTES ((size_t)256 << 20)
+/* One probe run: long enough to hide fork/join and timer resolution, short
+ * enough for reps x backends x thread counts to finish in seconds. */
+#define PROBE_SECONDS 0.03
+
+static const char usage_text[] =
+    "usage: mla_bench <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  peak      FMA throughput of each backend's probe, run on all threads at once,\n"
+    "            and memcpy bandwidth (256 MiB buffers)\n"
+    "  convert   mla_convert (bf16->f32, f32->bf16, f16->f32, f32->f16) and\n"
+    "            mla_exp_f32, with the FMA peak and a memcpy of the same bytes\n"
+    "\n"
+    "options:\n"
+    "  --threads N     only N threads (default: 1 and mla_default_threads())\n"
+    "  --backend NAME  only this backend (default: every one this CPU can run)\n"
+    "  --reps R        timed runs per case; the median is reported (default 7)\n"
+    "  --n N           elements per convert case (default 16777216)\n"
+    "  --json          one JSON object per case and line on stdout, nothing else\n"
+    "  --help          this text\n"
+    "\n"
+    "GB/s counts bytes read + bytes written: a memcpy of B bytes moves 2B.\n"
+    "Conversions and exp report 0 GFLOP/s (they are memory bound, not FLOPs);\n"
+    "compare their GB/s with copy GB/s, a memcpy moving the same bytes.\n"
+    "%peak = 100 * GFLOP/s / peak, where peak is the same backend's FMA probe at\n"
+    "the same thread count, measured first in the same process.\n"
+    "JSON keys: op backend threads n median_us gflops gbps peak_gflops pct_peak\n"
+    "copy_gbps; n (elements; bytes for copy) and copy_gbps only where they apply.\n";
+
+typedef struct options {
+    const char *backend; /* NULL: every backend that can run here */
+    int threads;         /* 0: 1 and mla_default_threads() */
+    int reps;
+    int64_t n;
+    bool json;
+} options;
+
+/* One line of output. n and copy_gbps are 0 where they do not apply. */
+typedef struct row {
+    const char *op, *backend;
+    int threads;
+    int64_t n;
+    double median_us, gflops, gbps, peak_gflops, copy_gbps;
+} row;
+
+/* What a command covers, with the FMA peak of every (backend, threads) pair. */
+typedef struct plan {
+    const mla_backend_desc **backends;
+    int nbackends;
+    int threads[2];
+    int nthreads;
+    row *peaks; /* [backend * nthreads + thread index] */
+} plan;
+
+/* ---- helpers --------------------------------------------------------------- */
+
+/* True if st is MLA_OK; otherwise prints the library's message. */
+static bool check(mla_status st, const char *what)
+{
+    if (st != MLA_OK)
+        fprintf(stderr, "mla_bench: %s: %s: %s\n", what, mla_status_str(st), mla_last_error());
+    return st == MLA_OK;
+}
+
+static void *alloc(size_t bytes)
+{
+    void *p = malloc(bytes);
+    if (!p)
+        fprintf(stderr, "mla_bench: out of memory allocating %zu bytes\n", bytes);
+    return p;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v. The median resists outliers (interrupts, other processes). */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Billions of units per second (GFLOP/s, GB/s). */
+static double giga_per_s(double units, double seconds)
+{
+    return seconds > 0 ? units / seconds / 1e9 : 0;
+}
+
+/* One run of the code being timed; false (after printing why) if it failed. */
+typedef bool (*run_fn)(void *ctx);
+
+/* Median wall time of `reps` runs. An untimed first run takes page faults,
+ * lazy initialization and clock ramp-up out of the numbers. */
+static bool time_region(run_fn run, void *ctx, int reps, double *median_s)
+{
+    double t[MAX_REPS];
+    if (!run(ctx))
+        return false;
+    for (int i = 0; i < reps; i++) {
+        double start = omp_get_wtime();
+        if (!run(ctx))
+            return false;
+        t[i] = omp_get_wtime() - start;
+    }
+    *median_s = median(t, reps);
+    return true;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static void print_header(bool json)
+{
+    if (!json)
+        printf("%-18s %-12s %7s %10s %11s %9s %8s %9s %6s %9s\n", "op", "backend", "threads",
+               "n", "median_us", "GFLOP/s", "GB/s", "peak", "%peak", "copy GB/s");
+}
+
+static void print_row(const row *r, bool json)
+{
+    double pct_peak = r->peak_gflops > 0 ? 100 * r->gflops / r->peak_gflops : 0;
+    if (json) {
+        printf("{\"op\":\"%s\",\"backend\":\"%s\",\"threads\":%d", r->op, r->backend, r->threads);
+        if (r->n > 0)
+            printf(",\"n\":%lld", (long long)r->n);
+        printf(",\"median_us\":%.3f,\"gflops\":%.3f,\"gbps\":%.3f,\"peak_gflops\":%.3f,"
+               "\"pct_peak\":%.2f",
+               r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak);
+        if (r->copy_gbps > 0)
+            printf(",\"copy_gbps\":%.3f", r->copy_gbps);
+        printf("}\n");
+        return;
+    }
+    char n[24] = "-", copy[24] = "-";
+    if (r->n > 0)
+        snprintf(n, sizeof n, "%lld", (long long)r->n);
+    if (r->copy_gbps > 0)
+        snprintf(copy, sizeof copy, "%.2f", r->copy_gbps);
+    printf("%-18s %-12s %7d %10s %11.1f %9.2f %8.2f %9.2f %6.1f %9s\n", r->op, r->backend,
+           r->threads, n, r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak, copy);
+}
+
+/* ---- FMA peak ---------------------------------------------------------------- */
+
+typedef struct probe_run {
+    mla_fma_probe_fn probe;
+    int threads;
+    int64_t iters;
+    double flops; /* of the last run, all threads together */
+} probe_run;
+
+/* Every thread probes at once: the peak of the whole team, not one core x T
+ * (shared cores, power limits and clock drops under load all show up). */
+static bool run_probe(void *ctx)
+{
+    probe_run *p = ctx;
+    double flops = 0;
+#pragma omp parallel num_threads(p->threads) reduction(+ : flops)
+    {
+        float sink; /* the probe is an opaque library call: it cannot be elided */
+        flops += p->probe(p->iters, &sink);
+    }
+    p->flops = flops; /* summed over the threads the runtime actually gave */
+    return true;
+}
+
+/* Iterations for one probe call to take about PROBE_SECONDS on one thread:
+ * double until a call is long enough to time well, then scale. */
+static int64_t calibrate_probe(mla_fma_probe_fn probe)
+{
+    float sink;
+    int64_t iters = 1024;
+    for (; iters < ((int64_t)1 << 40); iters *= 2) {
+        double start = omp_get_wtime();
+        probe(iters, &sink);
+        double seconds = omp_get_wtime() - start;
+        if (seconds >= PROBE_SECONDS / 8)
+            return (int64_t)((double)iters * PROBE_SECONDS / seconds) + 1;
+    }
+    return iters;
+}
+
+/* Calibrates each backend's probe once, then times it at every thread count. */
+static void measure_peaks(plan *p, int reps)
+{
+    for (int b = 0; b < p->nbackends; b++) {
+        probe_run run = {.probe = p->backends[b]->kernels.fma_probe};
+        run.iters = calibrate_probe(run.probe);
+        for (int t = 0; t < p->nthreads; t++) {
+            double s;
+            run.threads = p->threads[t];
+            time_region(run_probe, &run, reps, &s); /* run_probe cannot fail */
+            double gflops = giga_per_s(run.flops, s);
+            p->peaks[b * p->nthreads + t] = (row){
+                .op = "peak_fma", .backend = p->backends[b]->name, .threads = run.threads,
+                .median_us = s * 1e6, .gflops = gflops, .peak_gflops = gflops};
+        }
+    }
+}
+
+/* ---- memcpy bandwidth -------------------------------------------------------- */
+
+/* Start of contiguous slice t of `parts` over `bytes`; slice t ends where t+1 starts. */
+static size_t slice_start(size_t bytes, int parts, int t)
+{
+    return bytes * (size_t)t / (size_t)parts;
+}
+
+/* Writes each page from the thread that will copy it, so that on NUMA
+ * machines pages land near their thread (Linux places them on first touch). */
+static void first_touch(char *buf, size_t bytes, int threads)
+{
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; t++) {
+        size_t begin = slice_start(bytes, threads, t), end = slice_start(bytes, threads, t + 1);
+        memset(buf + begin, 0, end - begin);
+    }
+}
+
+typedef struct copy_run {
+    char *dst;
+    const char *src;
+    size_t bytes;
+    int threads;
+} copy_run;
+
+static bool run_copy(void *ctx)
+{
+    const copy_run *c = ctx;
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+    for (int t = 0; t < c->threads; t++) {
+        size_t begin = slice_start(c->bytes, c->threads, t);
+        size_t end = slice_start(c->bytes, c->threads, t + 1);
+        memcpy(c->dst + begin, c->src + begin, end - begin);
+    }
+    return true;
+}
+
+/* memcpy of `bytes` split over `threads`; GB/s counts the read and the write. */
+static row measure_copy(char *dst, const char *src, size_t bytes, int threads, int reps)
+{
+    copy_run run = {dst, src, bytes, threads};
+    double s;
+    time_region(run_copy, &run, reps, &s); /* run_copy cannot fail */
+    return (row){.op = "copy", .backend = "libc", .threads = threads, .n = (int64_t)bytes,
+                 .median_us = s * 1e6, .gbps = giga_per_s(2.0 * (double)bytes, s)};
+}
+
+/* ---- plan: backends and thread counts ---------------------------------------- */
+
+/* Why backend `name` cannot run on this CPU, joined into why ("" if it can).
+ * False (message printed, listing valid names) if no backend has that name. */
+static bool why_not(const char *name, char *why, size_t size)
+{
+    mla_reasons r;
+    if (!check(mla_backend_validate(name, MLA_OP_CONVERT, NULL, &r), "mla_backend_validate"))
+        return false;
+    size_t len = 0;
+    why[0] = '\0';
+    for (int i = 0; i < r.count && len < size; i++)
+        len += (size_t)snprintf(why + len, size - len, "%s%s", i ? "; " : "", r.text[i]);
+    return true;
+}
+
+/* The backend named by --backend (an error if it cannot run here), else every
+ * backend this CPU can run, in priority order. */
+static bool select_backends(const char *only, plan *p)
+{
+    char why[MLA_MAX_REASONS * MLA_REASON_LEN];
+    int count = mla_backend_count();
+    p->backends = alloc((size_t)count * sizeof *p->backends);
+    if (!p->backends)
+        return false;
+    if (only) {
+        if (!why_not(only, why, sizeof why))
+            return false;
+        if (why[0]) {
+            fprintf(stderr, "mla_bench: backend '%s' cannot run on this CPU: %s\n", only, why);
+            return false;
+        }
+        p->backends[p->nbackends++] = mla_backend_find(only);
+        return true;
+    }
+    for (int i = 0; i < count; i++) {
+        const mla_backend_desc *b = mla_backend_at(i);
+        if (!why_not(b->name, why, sizeof why))
+            return false;
+        if (why[0])
+            fprintf(stderr, "mla_bench: skipping %s: %s\n", b->name, why);
+        else
+            p->backends[p->nbackends++] = b;
+    }
+    return true;
+}
+
+/* Chooses backends and thread counts, then measures their FMA peaks: every
+ * command reports against them, so they come first. */
+static bool make_plan(const options *o, plan *p)
+{
+    if (!select_backends(o->backend, p))
+        return false;
+    int max = mla_default_threads();
+    if (o->threads > 0)
+        p->threads[p->nthreads++] = o->threads;
+    else {
+        p->threads[p->nthreads++] = 1;
+        if (max > 1)
+            p->threads[p->nthreads++] = max;
+    }
+    p->peaks = alloc((size_t)(p->nbackends * p->nthreads) * sizeof *p->peaks);
+    if (!p->peaks)
+        return false;
+    measure_peaks(p, o->reps);
+    return true;
+}
+
+static int most_threads(const plan *p)
+{
+    return p->threads[p->nthreads - 1];
+}
+
+static void free_plan(plan *p)
+{
+    free(p->backends);
+    free(p->peaks);
+}
+
+/* ---- commands ------------------------------------------------------------------ */
+
+static int cmd_peak(const options *o, const plan *p)
+{
+    print_header(o->json);
+    for (int i = 0; i < p->nbackends * p->nthreads; i++)
+        print_row(&p->peaks[i], o->json);
+
+    int status = 1;
+    char *src = alloc(COPY_BYTES), *dst = alloc(COPY_BYTES);
+    if (src && dst) {
+        first_touch(src, COPY_BYTES, most_threads(p));
+        first_touch(dst, COPY_BYTES, most_threads(p));
+        for (int t = 0; t < p->nthreads; t++) {
+            row r = measure_copy(dst, src, COPY_BYTES, p->threads[t], o->reps);
+            print_row(&r, o->json);
+        }
+        status = 0;
+    }
+    free(src);
+    free(dst);
+    return status;
+}
+
+/* An element-wise op: a conversion src -> dst, or exp (f32 -> f32). */
+typedef struct ew_case {
+    const char *op;
+    mla_dtype src, dst;
+    bool exp;
+} ew_case;
+
+static const ew_case ew_cases[] = {
+    {"convert_bf16_f32", MLA_DTYPE_BF16, MLA_DTYPE_F32, false},
+    {"convert_f32_bf16", MLA_DTYPE_F32, MLA_DTYPE_BF16, false},
+    {"convert_f16_f32", MLA_DTYPE_F16, MLA_DTYPE_F32, false},
+    {"convert_f32_f16", MLA_DTYPE_F32, MLA_DTYPE_F16, false},
+    {"exp_f32", MLA_DTYPE_F32, MLA_DTYPE_F32, true},
+};
+
+/* Bytes per element of the dtypes the cases use. */
+static size_t dtype_size(mla_dtype dt)
+{
+    return dt == MLA_DTYPE_F32 ? 4 : 2;
+}
+
+typedef struct ew_run {
+    const ew_case *c;
+    void *dst;
+    const void *src;
+    int64_t n;
+    int threads;
+} ew_run;
+
+static bool run_ew(void *ctx)
+{
+    const ew_run *r = ctx;
+    mla_status st = r->c->exp ? mla_exp_f32(r->dst, r->src, r->n, r->threads)
+                              : mla_convert(r->c->dst, r->dst, r->c->src, r->src, r->n, r->threads);
+    return check(st, r->c->op);
+}
+
+/* Times `run` with backend b forced; false if it failed or ran on another. */
+static bool measure_ew(const mla_backend_desc *b, ew_run *run, int reps, double *median_s)
+{
+    if (!check(mla_force_backend(MLA_OP_CONVERT, b->name), "mla_force_backend") ||
+        !time_region(run_ew, run, reps, median_s))
+        return false;
+    if (strcmp(mla_last_backend(), b->name) != 0) {
+        fprintf(stderr, "mla_bench: %s ran on backend '%s', not the forced '%s'\n", run->c->op,
+                mla_last_backend(), b->name);
+        return false;
+    }
+    return true;
+}
+
+/* Inputs of every source dtype, from one f32 ramp over [-8, 8): finite under
+ * exp and in f16 range, so no case runs a special-value path. */
+static bool make_inputs(float *f32, uint16_t *bf16, uint16_t *f16, int64_t n, int threads)
+{
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        f32[i] = (float)(i % 2048 - 1024) / 128.0f;
+    return check(mla_convert(MLA_DTYPE_BF16, bf16, MLA_DTYPE_F32, f32, n, threads), "mla_convert") &&
+           check(mla_convert(MLA_DTYPE_F16, f16, MLA_DTYPE_F32, f32, n, threads), "mla_convert");
+}
+
+static int cmd_convert(const options *o, const plan *p)
+{
+    int64_t n = o->n;
+    size_t max_bytes = (size_t)n * sizeof(float);
+    float *f32 = alloc(max_bytes), *out = alloc(max_bytes);
+    uint16_t *bf16 = alloc(max_bytes / 2), *f16 = alloc(max_bytes / 2);
+    bool ok = f32 && out && bf16 && f16 && make_inputs(f32, bf16, f16, n, most_threads(p));
+    if (ok) {
+        first_touch((char *)out, max_bytes, most_threads(p));
+        print_header(o->json);
+    }
+    const void *inputs[MLA_DTYPE_COUNT] = { /* source of each case, by its dtype */
+        [MLA_DTYPE_F32] = f32, [MLA_DTYPE_BF16] = bf16, [MLA_DTYPE_F16] = f16};
+
+    for (int t = 0; ok && t < p->nthreads; t++) {
+        for (size_t c = 0; ok && c < sizeof ew_cases / sizeof ew_cases[0]; c++) {
+            const ew_case *ec = &ew_cases[c];
+            /* The memcpy reference moves as many bytes (read + written) as
+             * the op does; it does not depend on the backend. */
+            size_t traffic = (size_t)n * (dtype_size(ec->src) + dtype_size(ec->dst));
+            row copy = measure_copy((char *)out, (const char *)f32, traffic / 2, p->threads[t],
+                                    o->reps);
+            ew_run run = {ec, out, inputs[ec->src], n, p->threads[t]};
+            for (int b = 0; ok && b < p->nbackends; b++) {
+                double s;
+                ok = measure_ew(p->backends[b], &run, o->reps, &s);
+                if (!ok)
+                    break;
+                row r = {.op = ec->op, .backend = p->backends[b]->name, .threads = run.threads,
+                         .n = n, .median_us = s * 1e6, .gbps = giga_per_s((double)traffic, s),
+                         .peak_gflops = p->peaks[b * p->nthreads + t].gflops,
+                         .copy_gbps = copy.gbps};
+                print_row(&r, o->json);
+            }
+        }
+    }
+    ok = check(mla_force_backend(MLA_OP_CONVERT, NULL), "mla_force_backend") && ok;
+    free(f32);
+    free(out);
+    free(bf16);
+    free(f16);
+    return ok ? 0 : 1;
+}
+
+static const struct command {
+    const char *name;
+    int (*run)(const options *o, const plan *p);
+} commands[] = {{"peak", cmd_peak}, {"convert", cmd_convert}};
+
+/* ---- arguments ------------------------------------------------------------------ */
+
+/* Reads the value after flag argv[*i] as an integer in [min, max]. */
+static bool int_arg(int argc, char **argv, int *i, long long min, long long max, long long *out)
+{
+    const char *flag = argv[*i];
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "mla_bench: %s needs a value\n", flag);
+        return false;
+    }
+    const char *text = argv[++*i];
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < min || v > max) {
+        fprintf(stderr, "mla_bench: %s %s: expected an integer in [%lld, %lld]\n", flag, text, min,
+                max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Fills o from argv (flags may come before or after the command). Returns -1
+ * to go on, else the exit status: 0 after --help, 2 after a usage error. */
+static int parse_args(int argc, char **argv, options *o, const struct command **cmd)
+{
+    *o = (options){.reps = DEFAULT_REPS, .n = DEFAULT_N};
+    *cmd = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long long v;
+        bool ok = true;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = true;
+        } else if (strcmp(a, "--threads") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_THREADS, &v)))
+                o->threads = (int)v;
+        } else if (strcmp(a, "--reps") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_REPS, &v)))
+                o->reps = (int)v;
+        } else if (strcmp(a, "--n") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_N, &v)))
+                o->n = v;
+        } else if (strcmp(a, "--backend") == 0) {
+            if ((ok = i + 1 < argc))
+                o->backend = argv[++i];
+            else
+                fprintf(stderr, "mla_bench: --backend needs a value\n");
+        } else if (a[0] != '-' && !*cmd) {
+            for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++)
+                if (strcmp(a, commands[c].name) == 0)
+                    *cmd = &commands[c];
+            if (!*cmd) {
+                fprintf(stderr, "mla_bench: unknown command '%s'\n", a);
+                ok = false;
+            }
+        } else {
+            fprintf(stderr, "mla_bench: unexpected argument '%s'\n", a);
+            ok = false;
+        }
+        if (!ok) {
+            fputs(usage_text, stderr);
+            return 2;
+        }
+    }
+    if (!*cmd) {
+        fprintf(stderr, "mla_bench: no command given\n");
+        fputs(usage_text, stderr);
+        return 2;
+    }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    const struct command *cmd;
+    int status = parse_args(argc, argv, &o, &cmd);
+    if (status >= 0)
+        return status;
+    if (!check(mla_init(), "mla_init"))
+        return 1;
+    plan p = {0};
+    status = make_plan(&o, &p) ? cmd->run(&o, &p) : 1;
+    free_plan(&p);
+    return status;
+}

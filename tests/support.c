@@ -1,0 +1,101 @@
+#include "support.h"
+
+#include "dispatch/dispatch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* CPUID.1:ECX FMA, SSE4.2, OSXSAVE, AVX, F16C */
+#define ECX1_AVX_CLASS ((1u << 12) | (1u << 20) | (1u << 27) | (1u << 28) | (1u << 29))
+
+const mla_cpu_raw support_cpu_zen3 = {
+    .arch = MLA_ARCH_X86_64,
+    .max_leaf = 16,
+    .leaf1_ecx = ECX1_AVX_CLASS,
+    .leaf7_ebx = 1u << 5, /* AVX2 */
+    .xcr0 = 0x7,          /* x87, SSE, AVX */
+};
+
+/* AVX512F/DQ/BW/VL + AVX2; AMX-BF16/AVX512_FP16/AMX-TILE; AVX512_BF16 */
+#define SPR_LEAF7_EBX ((1u << 5) | (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31))
+#define SPR_LEAF7_EDX ((1u << 22) | (1u << 23) | (1u << 24))
+
+const mla_cpu_raw support_cpu_sapphire_rapids = {
+    .arch = MLA_ARCH_X86_64,
+    .max_leaf = 32,
+    .leaf1_ecx = ECX1_AVX_CLASS,
+    .leaf7_ebx = SPR_LEAF7_EBX,
+    .leaf7_edx = SPR_LEAF7_EDX,
+    .leaf7_1_eax = 1u << 5,
+    .xcr0 = 0x602e7, /* + opmask, ZMM_Hi256, Hi16_ZMM, XTILECFG, XTILEDATA */
+    .amx_permitted = true,
+};
+
+const mla_cpu_raw support_cpu_spr_no_zmm_os = {
+    .arch = MLA_ARCH_X86_64,
+    .max_leaf = 32,
+    .leaf1_ecx = ECX1_AVX_CLASS,
+    .leaf7_ebx = SPR_LEAF7_EBX,
+    .leaf7_edx = SPR_LEAF7_EDX,
+    .leaf7_1_eax = 1u << 5,
+    .xcr0 = 0x7,
+    .amx_permitted = false,
+};
+
+const mla_cpu_raw support_cpu_graviton3 = {
+    .arch = MLA_ARCH_AARCH64,
+    /* FP, ASIMD, ..., FPHP, ASIMDHP, ..., SVE */
+    .hwcap = (1ull << 0) | (1ull << 1) | (1ull << 9) | (1ull << 10) | (1ull << 22),
+    .hwcap2 = 1ull << 14, /* BF16 */
+};
+
+static const mla_cpu_raw *fake_cpu;
+
+static void fake_reader(mla_cpu_raw *raw)
+{
+    *raw = *fake_cpu;
+}
+
+static const char *const mla_env_vars[] = {
+    "MLA_MAX_ISA", "MLA_CONVERT_BACKEND", "MLA_DECODE_BACKEND", "MLA_PREFILL_BACKEND", "MLA_LOG",
+};
+
+void support_use_cpu(const mla_cpu_raw *raw)
+{
+    for (size_t i = 0; i < sizeof mla_env_vars / sizeof mla_env_vars[0]; i++)
+        unsetenv(mla_env_vars[i]);
+    fake_cpu = raw;
+    mla_set_cpu_reader(raw ? fake_reader : NULL);
+    mla_dispatch_reset();
+}
+
+void support_setenv(const char *name, const char *value)
+{
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    mla_dispatch_reset();
+}
+
+bool support_contains(const char *text, const char *needle)
+{
+    if (strstr(text, needle))
+        return true;
+    print_error("expected \"%s\" in \"%s\"\n", needle, text);
+    return false;
+}
+
+bool support_force_convert_backend(int i)
+{
+    const mla_backend_desc *b = mla_backend_at(i);
+    mla_reasons why;
+    assert_int_equal(mla_backend_validate(b->name, MLA_OP_CONVERT, NULL, &why), MLA_OK);
+    if (why.count > 0) {
+        print_message("[ SKIPPED  ] backend %s: %s\n", b->name, why.text[0]);
+        return false;
+    }
+    assert_int_equal(mla_force_backend(MLA_OP_CONVERT, b->name), MLA_OK);
+    return true;
+}

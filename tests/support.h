@@ -1,0 +1,34 @@
+/* Shared test helpers: fake CPUs, a clean library state, backend loops. */
+#ifndef MLA_TEST_SUPPORT_H
+#define MLA_TEST_SUPPORT_H
+
+#include <mla.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Raw readings of real CPUs, as their CPUID/XCR0 or hwcaps report them. */
+extern const mla_cpu_raw support_cpu_zen3;            /* AVX2 + FMA + F16C           */
+extern const mla_cpu_raw support_cpu_sapphire_rapids; /* AVX-512 + BF16 + FP16 + AMX */
+extern const mla_cpu_raw support_cpu_spr_no_zmm_os;   /* same CPU, OS saves no ZMM   */
+extern const mla_cpu_raw support_cpu_graviton3;       /* Neoverse V1                 */
+
+/* Installs a reader presenting `raw` (NULL: the real CPU), clears every MLA_*
+ * environment variable and registration, so the next call re-initializes. */
+void support_use_cpu(const mla_cpu_raw *raw);
+
+/* Sets (value != NULL) or clears an environment variable, then resets the
+ * library so that init reads it. */
+void support_setenv(const char *name, const char *value);
+
+/* True if the text contains the needle; on failure prints both. */
+bool support_contains(const char *text, const char *needle);
+
+/* Forces MLA_OP_CONVERT onto backend i; returns false, printing why, if it
+ * cannot run on this CPU (the caller skips it). */
+bool support_force_convert_backend(int i);
+
+#endif

@@ -1,0 +1,538 @@
+/* Detection on fake CPUs, backend selection, environment variables, forced
+ * and custom backends, status codes and messages. */
+#include "support.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define X86_AVX2_LEVEL (MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C)
+#define X86_AVX512_BASE (MLA_CAP_AVX512F | MLA_CAP_AVX512BW | MLA_CAP_AVX512VL | MLA_CAP_AVX512DQ)
+
+static int reset_state(void **state)
+{
+    (void)state;
+    support_use_cpu(NULL);
+    return 0;
+}
+
+static const char *selected(mla_op op, const mla_config *cfg)
+{
+    const mla_backend_desc *b;
+    mla_status st = mla_select_backend(op, cfg, &b);
+    if (st != MLA_OK) {
+        print_error("select %s: %s\n", mla_op_name(op), mla_last_error());
+        return "(error)";
+    }
+    return b->name;
+}
+
+/* ---- detection --------------------------------------------------------- */
+
+static void test_decode_zen3(void **state)
+{
+    (void)state;
+    assert_int_equal(mla_cpu_caps_decode(&support_cpu_zen3), X86_AVX2_LEVEL);
+}
+
+static void test_decode_sapphire_rapids(void **state)
+{
+    (void)state;
+    mla_caps want = X86_AVX2_LEVEL | X86_AVX512_BASE | MLA_CAP_AVX512_BF16 | MLA_CAP_AVX512_FP16 |
+                    MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16;
+    assert_int_equal(mla_cpu_caps_decode(&support_cpu_sapphire_rapids), want);
+}
+
+static void test_decode_os_without_zmm_state(void **state)
+{
+    (void)state;
+    /* CPUID says AVX-512 and AMX, but XCR0 does not save ZMM or tiles */
+    assert_int_equal(mla_cpu_caps_decode(&support_cpu_spr_no_zmm_os), X86_AVX2_LEVEL);
+}
+
+static void test_decode_amx_permission_denied(void **state)
+{
+    (void)state;
+    mla_cpu_raw raw = support_cpu_sapphire_rapids;
+    raw.amx_permitted = false;
+    mla_caps caps = mla_cpu_caps_decode(&raw);
+    assert_false(caps & (MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16));
+    assert_true(caps & MLA_CAP_AVX512_BF16);
+}
+
+static void test_decode_without_osxsave(void **state)
+{
+    (void)state;
+    mla_cpu_raw raw = support_cpu_zen3;
+    raw.leaf1_ecx &= ~(1u << 27); /* OS has not enabled XSAVE: no YMM state */
+    assert_int_equal(mla_cpu_caps_decode(&raw), MLA_CAP_SSE42);
+}
+
+static void test_decode_graviton3(void **state)
+{
+    (void)state;
+    assert_int_equal(mla_cpu_caps_decode(&support_cpu_graviton3),
+                     MLA_CAP_ASIMD | MLA_CAP_ASIMD_FP16 | MLA_CAP_BF16 | MLA_CAP_SVE);
+}
+
+static void test_cap_names(void **state)
+{
+    (void)state;
+    char buf[256];
+    size_t need = mla_caps_format(mla_cpu_caps_decode(&support_cpu_graviton3), buf, sizeof buf);
+    assert_string_equal(buf, "asimd asimd_fp16 bf16 sve");
+    assert_int_equal(need, strlen(buf));
+    char tiny[6];
+    assert_int_equal(mla_caps_format(MLA_CAP_AVX2 | MLA_CAP_FMA, tiny, sizeof tiny), strlen("avx2 fma"));
+    assert_string_equal(tiny, "avx2 ");
+    assert_string_equal(mla_cap_name(MLA_CAP_AVX512_BF16), "avx512_bf16");
+    assert_string_equal(mla_cap_name((mla_cap)(1u << 30)), "?");
+}
+
+static void test_fake_reader_drives_caps(void **state)
+{
+    (void)state;
+    support_use_cpu(&support_cpu_zen3);
+    assert_int_equal(mla_cpu_caps(), X86_AVX2_LEVEL);
+    support_use_cpu(&support_cpu_graviton3);
+    assert_true(mla_cpu_caps() & MLA_CAP_SVE);
+}
+
+/* ---- selection ---------------------------------------------------------- */
+
+static void test_registry_in_priority_order(void **state)
+{
+    (void)state;
+    int n = mla_backend_count();
+    assert_true(n >= 2);
+    for (int i = 1; i < n; i++)
+        assert_true(mla_backend_at(i - 1)->priority >= mla_backend_at(i)->priority);
+    assert_string_equal(mla_backend_at(n - 1)->name, "ref");
+    assert_null(mla_backend_at(n));
+    assert_null(mla_backend_find("nope"));
+    assert_non_null(mla_backend_find("ref"));
+}
+
+static void test_selection_per_cpu(void **state)
+{
+    (void)state;
+    mla_config f32q = mla_config_default(); /* f32 q, bf16 cache */
+    mla_config bf16q = f32q;
+    bf16q.q_dtype = MLA_DTYPE_BF16;
+#if defined(__x86_64__)
+    support_use_cpu(&support_cpu_sapphire_rapids);
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx512_bf16");
+    assert_string_equal(selected(MLA_OP_DECODE, &f32q), "avx512");
+    assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "avx512_bf16");
+    support_use_cpu(&support_cpu_spr_no_zmm_os);
+    assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "avx2");
+    support_use_cpu(&support_cpu_zen3);
+    assert_string_equal(selected(MLA_OP_DECODE, &f32q), "avx2");
+    assert_string_equal(selected(MLA_OP_PREFILL, NULL), "avx2");
+    support_use_cpu(&support_cpu_graviton3); /* an Arm CPU offers no x86 ISA */
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
+#elif defined(__aarch64__)
+    support_use_cpu(&support_cpu_graviton3);
+    assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "neon");
+    support_use_cpu(&support_cpu_zen3);
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
+#endif
+}
+
+static void test_validate_reasons(void **state)
+{
+    (void)state;
+    mla_reasons why;
+    mla_config cfg = mla_config_default();
+    cfg.cache_dtype = MLA_DTYPE_FP8_E5M2;
+#if defined(__x86_64__)
+    support_use_cpu(&support_cpu_zen3);
+    assert_int_equal(mla_backend_validate("avx512_bf16", MLA_OP_DECODE, &cfg, &why), MLA_OK);
+    assert_int_equal(why.count, 7); /* five cpu bits, q dtype, cache dtype */
+    assert_string_equal(why.text[0], "cpu lacks avx512f");
+    assert_string_equal(why.text[4], "cpu lacks avx512_bf16");
+    assert_string_equal(why.text[5], "q dtype f32 not supported");
+    assert_string_equal(why.text[6], "cache dtype fp8_e5m2 not supported");
+    assert_int_equal(mla_backend_validate("avx2", MLA_OP_DECODE, &cfg, &why), MLA_OK);
+    assert_int_equal(why.count, 0);
+#endif
+    assert_int_equal(mla_backend_validate("ref", MLA_OP_DECODE, &cfg, &why), MLA_OK);
+    assert_int_equal(why.count, 0);
+    assert_int_equal(mla_backend_validate("nope", MLA_OP_DECODE, &cfg, &why), MLA_ERR_UNKNOWN_BACKEND);
+    assert_true(support_contains(mla_last_error(), "valid backends:"));
+    cfg.num_heads = 0;
+    assert_int_equal(mla_backend_validate("ref", MLA_OP_DECODE, &cfg, &why), MLA_ERR_INVALID_ARGUMENT);
+    assert_true(support_contains(mla_last_error(), "num_heads >= 1"));
+    cfg = mla_config_default();
+    cfg.q_dtype = (mla_dtype)42;
+    assert_int_equal(mla_backend_validate("ref", MLA_OP_DECODE, &cfg, &why), MLA_ERR_INVALID_ARGUMENT);
+}
+
+/* ---- environment ---------------------------------------------------------- */
+
+static void test_env_max_isa(void **state)
+{
+    (void)state;
+#if defined(__x86_64__)
+    support_use_cpu(&support_cpu_sapphire_rapids);
+    support_setenv("MLA_MAX_ISA", "avx2");
+    assert_int_equal(mla_init(), MLA_OK);
+    assert_int_equal(mla_cpu_caps(), X86_AVX2_LEVEL);
+    assert_true(mla_cpu_caps_detected() & MLA_CAP_AVX512F);
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx2");
+    mla_reasons why;
+    mla_backend_validate("avx512", MLA_OP_CONVERT, NULL, &why);
+    assert_string_equal(why.text[0], "cpu lacks avx512f (masked by MLA_MAX_ISA=avx2)");
+
+    support_setenv("MLA_MAX_ISA", "avx512");
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx512_bf16");
+    /* masks only down: asking for avx512 on an AVX2 CPU adds nothing */
+    support_use_cpu(&support_cpu_zen3);
+    support_setenv("MLA_MAX_ISA", "avx512");
+    assert_int_equal(mla_cpu_caps(), X86_AVX2_LEVEL);
+    support_setenv("MLA_MAX_ISA", "neon"); /* no x86 ISA is below neon */
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
+#elif defined(__aarch64__)
+    support_use_cpu(&support_cpu_graviton3);
+    support_setenv("MLA_MAX_ISA", "neon");
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "neon");
+    support_setenv("MLA_MAX_ISA", "avx2");
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
+#endif
+    support_setenv("MLA_MAX_ISA", "ref");
+    assert_int_equal(mla_cpu_caps(), 0);
+    assert_string_equal(selected(MLA_OP_DECODE, NULL), "ref");
+
+    support_setenv("MLA_MAX_ISA", "avx9000");
+    assert_int_equal(mla_init(), MLA_ERR_BAD_ENV);
+    assert_true(support_contains(mla_last_error(), "MLA_MAX_ISA=avx9000 is not one of: ref, avx2, avx512, neon"));
+    float x = 1.0f, y;
+    assert_int_equal(mla_exp_f32(&y, &x, 1, 1), MLA_ERR_BAD_ENV);
+}
+
+static void test_env_forced_backend(void **state)
+{
+    (void)state;
+    support_setenv("MLA_DECODE_BACKEND", "ref");
+    assert_int_equal(mla_init(), MLA_OK);
+    assert_string_equal(selected(MLA_OP_DECODE, NULL), "ref");
+    /* other ops keep auto-selection: the same first valid backend */
+    char prefill[32];
+    snprintf(prefill, sizeof prefill, "%s", selected(MLA_OP_PREFILL, NULL));
+    assert_string_equal(prefill, selected(MLA_OP_CONVERT, NULL));
+
+    support_setenv("MLA_CONVERT_BACKEND", "ref");
+    uint16_t h = 0x3f80;
+    float f;
+    assert_int_equal(mla_convert(MLA_DTYPE_F32, &f, MLA_DTYPE_BF16, &h, 1, 1), MLA_OK);
+    assert_string_equal(mla_last_backend(), "ref");
+    assert_true(f == 1.0f);
+}
+
+static void test_env_unknown_backend(void **state)
+{
+    (void)state;
+    support_setenv("MLA_PREFILL_BACKEND", "cuda");
+    assert_int_equal(mla_init(), MLA_ERR_UNKNOWN_BACKEND);
+    const char *msg = mla_last_error();
+    assert_true(support_contains(msg, "MLA_PREFILL_BACKEND=cuda"));
+    assert_true(support_contains(msg, "unknown backend 'cuda'; valid backends: "));
+    for (int i = 0; i < mla_backend_count(); i++)
+        assert_true(support_contains(msg, mla_backend_at(i)->name));
+    const mla_backend_desc *b;
+    assert_int_equal(mla_select_backend(MLA_OP_PREFILL, NULL, &b), MLA_ERR_UNKNOWN_BACKEND);
+    /* the failure belongs to prefill alone */
+    float x = 0.0f, y = -1.0f;
+    assert_int_equal(mla_exp_f32(&y, &x, 1, 1), MLA_OK);
+    assert_true(y == 1.0f);
+}
+
+static void test_env_invalid_backend(void **state)
+{
+    (void)state;
+#if defined(__x86_64__)
+    support_use_cpu(&support_cpu_zen3);
+    support_setenv("MLA_DECODE_BACKEND", "avx512");
+    assert_int_equal(mla_init(), MLA_ERR_BACKEND_INVALID);
+    assert_true(support_contains(mla_last_error(), "MLA_DECODE_BACKEND=avx512: backend 'avx512' cannot run decode: cpu lacks avx512f; cpu lacks avx512bw"));
+    /* the API can still choose a valid one, which clears the error */
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, "avx2"), MLA_OK);
+    assert_int_equal(mla_init(), MLA_OK);
+    assert_string_equal(selected(MLA_OP_DECODE, NULL), "avx2");
+#else
+    support_use_cpu(&support_cpu_zen3); /* no ASIMD in an x86 CPU's readings */
+    support_setenv("MLA_DECODE_BACKEND", "neon");
+    assert_int_equal(mla_init(), MLA_ERR_BACKEND_INVALID);
+    assert_true(support_contains(mla_last_error(), "cpu lacks asimd"));
+#endif
+}
+
+/* Runs init with stderr captured into buf. */
+static void capture_init_stderr(char *buf, size_t size)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    dup2(fileno(tmp), 2);
+    mla_init();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(buf, 1, size - 1, tmp);
+    buf[n] = '\0';
+    fclose(tmp);
+}
+
+static void test_env_log(void **state)
+{
+    (void)state;
+    char out[8192];
+    support_setenv("MLA_PREFILL_BACKEND", "cuda"); /* even errors stay silent... */
+    capture_init_stderr(out, sizeof out);
+    assert_string_equal(out, "");
+    support_setenv("MLA_LOG", "1"); /* ...unless asked */
+    capture_init_stderr(out, sizeof out);
+    assert_true(support_contains(out, "[mla] cpu: "));
+    assert_true(support_contains(out, "[mla] backend ref"));
+    assert_true(support_contains(out, "[mla] convert -> "));
+    assert_true(support_contains(out, "[mla] prefill: error: MLA_PREFILL_BACKEND=cuda"));
+    assert_true(support_contains(out, "[mla] threads: "));
+}
+
+/* ---- forcing through the API --------------------------------------------- */
+
+static void test_force_api(void **state)
+{
+    (void)state;
+    const char *auto_choice = selected(MLA_OP_DECODE, NULL);
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, "ref"), MLA_OK);
+    assert_string_equal(selected(MLA_OP_DECODE, NULL), "ref");
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, "nope"), MLA_ERR_UNKNOWN_BACKEND);
+    assert_true(support_contains(mla_last_error(), "unknown backend 'nope'; valid backends: "));
+    assert_string_equal(selected(MLA_OP_DECODE, NULL), "ref"); /* unchanged */
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, NULL), MLA_OK);
+    assert_string_equal(selected(MLA_OP_DECODE, NULL), auto_choice);
+    assert_int_equal(mla_force_backend(MLA_OP_COUNT, "ref"), MLA_ERR_INVALID_ARGUMENT);
+#if defined(__x86_64__)
+    support_use_cpu(&support_cpu_zen3);
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, "avx512_bf16"), MLA_ERR_BACKEND_INVALID);
+    assert_true(support_contains(mla_last_error(), "backend 'avx512_bf16' cannot run decode: cpu lacks avx512f"));
+    /* forced, but the config rules it out: the reasons say why */
+    support_use_cpu(&support_cpu_sapphire_rapids);
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, "avx512_bf16"), MLA_OK);
+    mla_config cfg = mla_config_default();
+    const mla_backend_desc *b;
+    assert_int_equal(mla_select_backend(MLA_OP_DECODE, &cfg, &b), MLA_ERR_BACKEND_INVALID);
+    assert_true(support_contains(mla_last_error(), "forced backend 'avx512_bf16' cannot run decode: q dtype f32 not supported"));
+#endif
+}
+
+/* ---- custom backends -------------------------------------------------- */
+
+static int custom_calls;
+
+static void custom_bf16_f32(const uint16_t *src, float *dst, int64_t n)
+{
+    custom_calls++;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (float)src[i]; /* deliberately not a bf16 decode: tells us who ran */
+}
+
+static void test_register_custom(void **state)
+{
+    (void)state;
+    mla_backend_desc d = {
+        .name = "custom",
+        .isa = "ref",
+        .priority = 100,
+        .ops = 1u << MLA_OP_CONVERT | 1u << MLA_OP_DECODE,
+        .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_F32),
+        .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
+        .head_dims = {576, 320},
+        .block_size_multiple = 16,
+        .kernels = {.cvt_bf16_f32 = custom_bf16_f32},
+    };
+    assert_int_equal(mla_register_backend(&d, false), MLA_OK);
+    assert_string_equal(mla_backend_at(0)->name, "custom");
+    assert_int_equal(mla_register_backend(&d, false), MLA_ERR_ALREADY_EXISTS);
+
+    uint16_t h[3] = {1, 2, 3};
+    float f[3];
+    custom_calls = 0;
+    assert_int_equal(mla_convert(MLA_DTYPE_F32, f, MLA_DTYPE_BF16, h, 3, 1), MLA_OK);
+    assert_string_equal(mla_last_backend(), "custom");
+    assert_int_equal(custom_calls, 1);
+    assert_true(f[2] == 3.0f);
+    /* a kernel it left NULL is ref's */
+    float one = 1.0f;
+    assert_int_equal(mla_convert(MLA_DTYPE_BF16, h, MLA_DTYPE_F32, &one, 1, 1), MLA_OK);
+    assert_int_equal(h[0], 0x3f80);
+    assert_true(mla_backend_at(0)->kernels.exp_f32 != NULL);
+
+    mla_config cfg = mla_config_default();
+    cfg.kv_lora_rank = 36; /* L+R = 100 */
+    cfg.block_size = 24;
+    mla_reasons why;
+    assert_int_equal(mla_backend_validate("custom", MLA_OP_DECODE, &cfg, &why), MLA_OK);
+    assert_int_equal(why.count, 2);
+    assert_string_equal(why.text[0], "head dim (L+R) 100 not supported (supported: 576, 320)");
+    assert_string_equal(why.text[1], "block_size 24 not a multiple of 16");
+    assert_int_equal(mla_backend_validate("custom", MLA_OP_PREFILL, NULL, &why), MLA_OK);
+    assert_string_equal(why.text[0], "does not implement prefill");
+    /* selection falls through to the next valid backend */
+    assert_string_not_equal(selected(MLA_OP_DECODE, &cfg), "custom");
+    assert_string_not_equal(selected(MLA_OP_PREFILL, NULL), "custom");
+
+    d.priority = -1; /* override: replaced in place, re-sorted */
+    assert_int_equal(mla_register_backend(&d, true), MLA_OK);
+    assert_string_equal(mla_backend_at(mla_backend_count() - 1)->name, "custom");
+}
+
+static void test_override_builtin(void **state)
+{
+    (void)state;
+    /* replace ref by a stricter one: then nothing can run block_size 7 */
+    support_setenv("MLA_MAX_ISA", "ref");
+    mla_backend_desc d = *mla_backend_find("ref");
+    d.block_size_multiple = 16;
+    d.kernels.cvt_bf16_f32 = custom_bf16_f32;
+    assert_int_equal(mla_register_backend(&d, true), MLA_OK);
+    int refs = 0;
+    for (int i = 0; i < mla_backend_count(); i++)
+        refs += strcmp(mla_backend_at(i)->name, "ref") == 0;
+    assert_int_equal(refs, 1);
+
+    mla_config cfg = mla_config_default();
+    cfg.block_size = 7;
+    const mla_backend_desc *b;
+    assert_int_equal(mla_select_backend(MLA_OP_DECODE, &cfg, &b), MLA_ERR_NO_BACKEND);
+    assert_true(support_contains(mla_last_error(), "no backend can run decode: "));
+    assert_true(support_contains(mla_last_error(), "ref: block_size 7 not a multiple of 16"));
+
+    uint16_t h = 5;
+    float f;
+    custom_calls = 0;
+    assert_int_equal(mla_convert(MLA_DTYPE_F32, &f, MLA_DTYPE_BF16, &h, 1, 1), MLA_OK);
+    assert_int_equal(custom_calls, 1);
+    assert_string_equal(mla_last_backend(), "ref");
+}
+
+static void test_register_bad_descriptors(void **state)
+{
+    (void)state;
+    mla_backend_desc d = {.name = ""};
+    assert_int_equal(mla_register_backend(NULL, false), MLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mla_register_backend(&d, false), MLA_ERR_INVALID_ARGUMENT);
+    d.name = "a_name_that_is_far_too_long_for_the_table";
+    assert_int_equal(mla_register_backend(&d, false), MLA_ERR_INVALID_ARGUMENT);
+    int before = mla_backend_count();
+    char names[40][16];
+    mla_status st = MLA_OK;
+    for (int i = 0; i < 40 && st == MLA_OK; i++) {
+        snprintf(names[i], sizeof names[i], "b%d", i);
+        d.name = names[i];
+        st = mla_register_backend(&d, false);
+    }
+    assert_int_equal(st, MLA_ERR_CAPACITY);
+    assert_true(mla_backend_count() > before);
+}
+
+/* ---- status, messages, init ---------------------------------------------- */
+
+static void test_status_strings(void **state)
+{
+    (void)state;
+    for (int a = MLA_OK; a <= MLA_ERR_BAD_ENV; a++) {
+        assert_true(strncmp(mla_status_str((mla_status)a), "MLA_", 4) == 0);
+        for (int b = MLA_OK; b < a; b++)
+            assert_string_not_equal(mla_status_str((mla_status)a), mla_status_str((mla_status)b));
+    }
+    assert_string_equal(mla_status_str((mla_status)99), "MLA_ERR_UNKNOWN_STATUS");
+    assert_string_equal(mla_dtype_name(MLA_DTYPE_FP8_E4M3), "fp8_e4m3");
+    assert_string_equal(mla_op_name(MLA_OP_PREFILL), "prefill");
+}
+
+static void *fail_in_thread(void *arg)
+{
+    (void)arg;
+    mla_force_backend(MLA_OP_DECODE, "elsewhere");
+    return (void *)(strstr(mla_last_error(), "elsewhere") != NULL ? (void *)1 : NULL);
+}
+
+static void test_last_error_is_thread_local(void **state)
+{
+    (void)state;
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, "here"), MLA_ERR_UNKNOWN_BACKEND);
+    pthread_t t;
+    void *ok;
+    pthread_create(&t, NULL, fail_in_thread, NULL);
+    pthread_join(t, &ok);
+    assert_non_null(ok);
+    assert_true(support_contains(mla_last_error(), "'here'"));
+}
+
+static int reads;
+static void counting_reader(mla_cpu_raw *raw)
+{
+    __atomic_fetch_add(&reads, 1, __ATOMIC_SEQ_CST);
+    usleep(20000); /* widen the window for a racing second init */
+    *raw = support_cpu_zen3;
+}
+
+static void *init_from_thread(void *arg)
+{
+    *(mla_caps *)arg = mla_cpu_caps();
+    return NULL;
+}
+
+static void test_init_once_across_threads(void **state)
+{
+    (void)state;
+    support_use_cpu(NULL);
+    mla_set_cpu_reader(counting_reader);
+    reads = 0;
+    pthread_t t[8];
+    mla_caps caps[8];
+    for (int i = 0; i < 8; i++)
+        pthread_create(&t[i], NULL, init_from_thread, &caps[i]);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(caps[i], X86_AVX2_LEVEL);
+    }
+    assert_int_equal(reads, 1);
+    mla_set_cpu_reader(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_decode_zen3, reset_state),
+        cmocka_unit_test_setup(test_decode_sapphire_rapids, reset_state),
+        cmocka_unit_test_setup(test_decode_os_without_zmm_state, reset_state),
+        cmocka_unit_test_setup(test_decode_amx_permission_denied, reset_state),
+        cmocka_unit_test_setup(test_decode_without_osxsave, reset_state),
+        cmocka_unit_test_setup(test_decode_graviton3, reset_state),
+        cmocka_unit_test_setup(test_cap_names, reset_state),
+        cmocka_unit_test_setup(test_fake_reader_drives_caps, reset_state),
+        cmocka_unit_test_setup(test_registry_in_priority_order, reset_state),
+        cmocka_unit_test_setup(test_selection_per_cpu, reset_state),
+        cmocka_unit_test_setup(test_validate_reasons, reset_state),
+        cmocka_unit_test_setup(test_env_max_isa, reset_state),
+        cmocka_unit_test_setup(test_env_forced_backend, reset_state),
+        cmocka_unit_test_setup(test_env_unknown_backend, reset_state),
+        cmocka_unit_test_setup(test_env_invalid_backend, reset_state),
+        cmocka_unit_test_setup(test_env_log, reset_state),
+        cmocka_unit_test_setup(test_force_api, reset_state),
+        cmocka_unit_test_setup(test_register_custom, reset_state),
+        cmocka_unit_test_setup(test_override_builtin, reset_state),
+        cmocka_unit_test_setup(test_register_bad_descriptors, reset_state),
+        cmocka_unit_test_setup(test_status_strings, reset_state),
+        cmocka_unit_test_setup(test_last_error_is_thread_local, reset_state),
+        cmocka_unit_test_setup(test_init_once_across_threads, reset_state),
+    };
+    return cmocka_run_group_tests_name("dispatch", tests, NULL, reset_state);
+}
