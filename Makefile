@@ -97,11 +97,14 @@ $(BUILD)/libmla.a: $(LIB_OBJS)
 $(BUILD)/libmla.so: $(LIB_OBJS)
 	$(CC) -shared -fopenmp -o $@ $^ $(LDLIBS)
 
+# Libs names the archive itself: servers link libmla statically; its runtime
+# dependencies (Debian ships libsleef only as a shared library) come with
+# `pkg-config --static --libs mla`.
 $(BUILD)/mla.pc: Makefile
 	@mkdir -p $(@D)
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: mla' 'Description: CPU kernels for DeepSeek-style Multi-head Latent Attention' \
-	  'Version: 0.1.0' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lmla' \
+	  'Version: 0.1.0' 'Cflags: -I$${includedir}' 'Libs: $${libdir}/libmla.a' \
 	  'Libs.private: $(LDLIBS)' > $@
 
 # Tools and tests link the static library, as servers do.
