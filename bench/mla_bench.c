@@ -447,14 +447,16 @@ static int cmd_convert(const options *o, const plan *p)
     size_t max_bytes = (size_t)n * sizeof(float);
     float *f32 = alloc(max_bytes), *out = alloc(max_bytes);
     uint16_t *bf16 = alloc(max_bytes / 2), *f16 = alloc(max_bytes / 2);
+    const void *inputs[MLA_DTYPE_COUNT] = { /* source of each case, by its dtype */
+        [MLA_DTYPE_F32] = f32, [MLA_DTYPE_BF16] = bf16, [MLA_DTYPE_F16] = f16};
     bool ok = f32 && out && bf16 && f16 && make_inputs(f32, bf16, f16, n, most_threads(p));
     if (ok) {
         first_touch((char *)out, max_bytes, most_threads(p));
         print_header(o->json);
     }
-    const void *inputs[MLA_DTYPE_COUNT] = { /* source of each case, by its dtype */
-        [MLA_DTYPE_F32] = f32, [MLA_DTYPE_BF16] = bf16, [MLA_DTYPE_F16] = f16};
 
+    /* Backends innermost: a case's backends print side by side, and its
+     * memcpy reference is measured once per thread count. */
     for (int t = 0; ok && t < p->nthreads; t++) {
         for (size_t c = 0; ok && c < sizeof ew_cases / sizeof ew_cases[0]; c++) {
             const ew_case *ec = &ew_cases[c];

@@ -27,6 +27,8 @@ double mla_fma_probe_f32__neon(int64_t iters, float *sink)
         acc[c] = vdupq_n_f32((float)c);
     const float32x4_t mul = vdupq_n_f32(0.999999f), add = vdupq_n_f32(1e-6f);
     for (int64_t i = 0; i < iters; i++)
+        /* fully unrolled, so the chains live in registers, not on the stack */
+#pragma GCC unroll 16
         for (int c = 0; c < CHAINS; c++)
             acc[c] = vfmaq_f32(add, acc[c], mul);
     float32x4_t sum = acc[0];
