@@ -170,8 +170,8 @@ MLA_API mla_config mla_config_default(void);
 
 /* Micro-kernel signatures. A custom backend may leave any pointer NULL; it
  * then inherits the ref kernel (as BLIS contexts start from reference
- * kernels). Conversions round to nearest even and keep NaN (quieted),
- * infinities and denormals. */
+ * kernels). Conversions round to nearest even and keep infinities and
+ * denormals; NaNs stay NaN (quieted, except bf16 -> f32, a pure shift). */
 typedef void (*mla_cvt_bf16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
 typedef void (*mla_cvt_f32_bf16_fn)(const float *src, uint16_t *dst, int64_t n);
 typedef void (*mla_cvt_f16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
