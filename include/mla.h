@@ -71,6 +71,9 @@ typedef enum mla_dtype {
 /* "f32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2"; "?" for anything else. */
 MLA_API const char *mla_dtype_name(mla_dtype dtype);
 
+/* Bytes per element (4, 2, 2, 1, 1); 0 for anything else. */
+MLA_API int64_t mla_dtype_size(mla_dtype dtype);
+
 /* ------------------------------------------------------------------------ */
 /* CPU capabilities ("compute capability")                                   */
 /* ------------------------------------------------------------------------ */
@@ -275,6 +278,161 @@ MLA_API mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dty
 /* dst[i] = e^src[i] (within 1 ulp; e^-inf = 0, e^+inf = inf, NaN stays NaN).
  * dst may equal src. */
 MLA_API mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads);
+
+
+/* ------------------------------------------------------------------------ */
+/* Metadata builders (SPEC §2, §5.3). Pure C, no kernels; caller buffers.    */
+/* Every builder validates all input before its first write.                */
+/* ------------------------------------------------------------------------ */
+
+/* One request as the scheduler sees it this step. */
+typedef struct mla_request {
+    int64_t num_computed_tokens;  /* already in the KV cache                     */
+    int64_t num_scheduled_tokens; /* new tokens this step (its query length)     */
+    int64_t num_prompt_tokens;    /* prompt length; computed < prompt = prefilling */
+    const int32_t *block_ids;     /* physical blocks (manager block size), in order */
+    int64_t num_block_ids;
+} mla_request;
+
+/* How block ids and slots are laid out. */
+typedef struct mla_block_layout {
+    int64_t manager_block_size; /* block size of mla_request.block_ids            */
+    int64_t kernel_block_size;  /* divides manager_block_size; id b expands to
+                                   b*m .. b*m+m-1 with m = manager / kernel      */
+    int64_t max_blocks_per_req; /* block_table columns, in kernel blocks          */
+    /* decode context parallelism (SPEC §2.3); world_size 1 = none */
+    int64_t cp_world_size, cp_rank, cp_interleave;
+} mla_block_layout;
+
+/* Per-step common metadata (SPEC §2.1), written into caller buffers. */
+typedef struct mla_batch_metadata {
+    int32_t *query_start_loc; /* [B+1]                                           */
+    int32_t *seq_lens;        /* [B]: computed + scheduled                       */
+    int64_t *positions;       /* [T]                                             */
+    int64_t *slot_mapping;    /* [slot_mapping_len]: T slots, then -1 padding    */
+    int64_t slot_mapping_len; /* >= T (vLLM pads to max_num_batched_tokens)      */
+    int32_t *block_table;     /* [B, max_blocks_per_req]; unused entries 0       */
+    /* outputs */
+    int64_t num_actual_tokens; /* T */
+    int64_t max_query_len, max_seq_len;
+} mla_batch_metadata;
+
+/* Builds query_start_loc, seq_lens, positions, slot_mapping, block_table and
+ * the maxima for B requests. */
+MLA_API mla_status mla_build_batch_metadata(const mla_request *reqs, int64_t num_reqs,
+                                            const mla_block_layout *layout, mla_batch_metadata *md);
+
+/* vLLM's update_block_table for a second KV-cache group: rewrites only
+ * md->block_table and md->slot_mapping from new block ids, reusing
+ * query_start_loc and positions already in md. */
+MLA_API mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
+                                          const mla_block_layout *layout, mla_batch_metadata *md);
+
+typedef enum mla_region {
+    MLA_REGION_DECODE = 0,   /* context, scheduled <= tau, done prefilling  */
+    MLA_REGION_SHORT_EXTEND, /* context, scheduled <= tau, still prefilling */
+    MLA_REGION_LONG_EXTEND,  /* context, scheduled > tau                    */
+    MLA_REGION_PREFILL,      /* no context                                  */
+    MLA_REGION_COUNT
+} mla_region;
+
+/* Orders the batch decode -> short_extend -> long_extend -> prefill with the
+ * fewest moves (requests already in their region stay). new_order[i] = old
+ * index of the request that goes to position i; region_counts[4] optional. */
+MLA_API mla_status mla_reorder_batch(const mla_request *reqs, int64_t num_reqs, int64_t threshold,
+                                     int32_t *new_order, int64_t *region_counts);
+
+typedef struct mla_batch_split {
+    int64_t num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens;
+} mla_batch_split;
+
+/* split_decodes_and_prefills (SPEC §2.4) over query_start_loc [B+1]. */
+MLA_API mla_status mla_split_batch(const int32_t *query_start_loc, int64_t num_reqs,
+                                   int64_t threshold, bool require_uniform, mla_batch_split *out);
+
+/* Chunked-prefill workspace rows W (SPEC §2.6): min(max(8*max_model_len,
+ * 4*max_num_seqs*block_size), cap) then at least max_num_seqs*block_size.
+ * cap <= 0 means vLLM's 65536. */
+MLA_API mla_status mla_chunk_workspace_tokens(int64_t max_model_len, int64_t max_num_seqs,
+                                              int64_t block_size, int64_t cap, int64_t *tokens);
+
+/* Bytes and alignment of a caller-owned workspace of [tokens, width] dtype. */
+MLA_API mla_status mla_chunk_workspace_bytes(int64_t tokens, int64_t width, mla_dtype dtype,
+                                             int64_t *bytes, int64_t *alignment);
+
+/* A context-chunk plan for the prefills of a step (SPEC §2.6). */
+typedef struct mla_chunk_plan mla_chunk_plan;
+
+/* What a plan holds. Arrays are owned by the plan. */
+typedef struct mla_chunk_plan_info {
+    int64_t num_prefills;    /* P                                              */
+    int64_t num_with_context; /* n_ctx                                         */
+    int64_t max_context_len; /* C_max                                          */
+    int64_t max_chunk_len;   /* M (a multiple of the block size)              */
+    int64_t num_chunks;
+    const int32_t *starts;         /* [num_chunks, P]                          */
+    const int32_t *chunk_seq_lens; /* [num_chunks, P]                          */
+    const int32_t *cu_seq_lens;    /* [num_chunks, P+1]                        */
+    const int32_t *seq_tot;        /* [num_chunks]                             */
+    const int32_t *max_seq_lens;   /* [num_chunks]                             */
+    const int32_t *token_to_seq;   /* [num_chunks, token_to_seq_stride]        */
+    int64_t token_to_seq_stride;   /* max over chunks of seq_tot               */
+    int64_t prefill_tokens_with_context; /* qsl_p[n_ctx]                       */
+    void *workspace;               /* [W, width] when the plan owns one, else NULL */
+    int64_t workspace_tokens;      /* W                                        */
+} mla_chunk_plan_info;
+
+/* Plans the context chunks for P prefills (with-context ones first, as the
+ * reorder leaves them): context_lens [P], prefill query_start_loc [P+1]
+ * (starting at 0), workspace_tokens W, kernel block size. With
+ * workspace_width > 0 the plan also owns a 64-byte aligned [W, width]
+ * workspace of workspace_dtype. A plan with no context has 0 chunks. */
+MLA_API mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *query_start_loc,
+                                         int64_t num_prefills, int64_t workspace_tokens,
+                                         int64_t block_size, int64_t workspace_width,
+                                         mla_dtype workspace_dtype, mla_chunk_plan **plan);
+MLA_API void mla_chunk_plan_info_get(const mla_chunk_plan *plan, mla_chunk_plan_info *info);
+MLA_API void mla_chunk_plan_destroy(mla_chunk_plan *plan);
+
+/* One part of a split-KV decode schedule (FlashMLA's field order). Blocks are
+ * in units of block_n tokens; end_* are exclusive. */
+typedef struct mla_sched_part {
+    int32_t begin_req, end_req, begin_block, end_block;
+    int32_t begin_split, first_partial, last_partial, pad;
+} mla_sched_part;
+
+typedef struct mla_decode_sched_params {
+    int64_t num_parts;  /* work parts, usually the thread count; <= 0: omp_get_max_threads() */
+    int64_t block_n;    /* KV tokens per unit of work; <= 0: 64              */
+    int64_t overhead;   /* fixed cost per request segment, in blocks; < 0: 5 */
+    /* > 0: batch-invariant mode. Every request is cut every split_blocks
+     * blocks from its start, whatever the batch or thread count, and parts
+     * take whole splits. */
+    int64_t split_blocks;
+} mla_decode_sched_params;
+
+/* Builds the schedule for B requests with seq_lens [B]: parts [num_parts]
+ * (the resolved count is returned in *num_parts), split_prefix [B+1]
+ * (request b owns partial slots split_prefix[b] .. split_prefix[b+1]-1; the
+ * last entry is the partial-buffer row count, at most B + num_parts in the
+ * default mode). parts must hold max(1, num_parts) entries. */
+MLA_API mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,
+                                          const mla_decode_sched_params *params, mla_sched_part *parts,
+                                          int64_t parts_capacity, int64_t *num_parts,
+                                          int32_t *split_prefix);
+
+/* KV cache queries a server needs before it allocates (vLLM
+ * get_kv_cache_shape): shape [num_blocks, block_size, width] and its bytes and
+ * alignment for a dtype. */
+MLA_API mla_status mla_kv_cache_shape(int64_t num_blocks, int64_t block_size, int64_t width,
+                                      mla_dtype dtype, int64_t shape[3], int64_t *bytes,
+                                      int64_t *alignment);
+
+/* Whether every backend that would run decode and prefill for cfg accepts
+ * cfg->block_size (vLLM's MultipleOf rule); *required_multiple gets the
+ * least common multiple of their block_size_multiple (1 = any). */
+MLA_API mla_status mla_block_size_supported(const mla_config *cfg, bool *supported,
+                                            int64_t *required_multiple);
 
 #ifdef __cplusplus
 }

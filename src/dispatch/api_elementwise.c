@@ -5,11 +5,6 @@
 
 #include <stdint.h>
 
-static size_t dtype_size(mla_dtype dt)
-{
-    return dt == MLA_DTYPE_F32 ? 4 : dt == MLA_DTYPE_BF16 || dt == MLA_DTYPE_F16 ? 2 : 1;
-}
-
 /* True if [a, a+an) and [b, b+bn) share a byte. */
 static bool overlaps(const void *a, int64_t an, const void *b, int64_t bn)
 {
@@ -50,8 +45,8 @@ mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, cons
                         "(supported: bf16 <-> f32, f16 <-> f32)",
                         mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
     int64_t src_bytes, dst_bytes;
-    if (!mla_mul_size(n, (int64_t)dtype_size(src_dtype), &src_bytes) ||
-        !mla_mul_size(n, (int64_t)dtype_size(dst_dtype), &dst_bytes))
+    if (!mla_mul_size(n, mla_dtype_size(src_dtype), &src_bytes) ||
+        !mla_mul_size(n, mla_dtype_size(dst_dtype), &dst_bytes))
         return mla_fail(MLA_ERR_OVERFLOW, "mla_convert: n = %lld elements overflows", (long long)n);
     if (n > 0 && overlaps(dst, dst_bytes, src, src_bytes))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: src and dst overlap");

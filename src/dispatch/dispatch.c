@@ -562,6 +562,19 @@ const char *mla_dtype_name(mla_dtype dtype)
     return "?";
 }
 
+int64_t mla_dtype_size(mla_dtype dtype)
+{
+    switch (dtype) {
+    case MLA_DTYPE_F32: return 4;
+    case MLA_DTYPE_BF16:
+    case MLA_DTYPE_F16: return 2;
+    case MLA_DTYPE_FP8_E4M3:
+    case MLA_DTYPE_FP8_E5M2: return 1;
+    case MLA_DTYPE_COUNT: break;
+    }
+    return 0;
+}
+
 mla_config mla_config_default(void)
 {
     return (mla_config){
