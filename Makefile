@@ -21,7 +21,7 @@ IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -q clang && echo 1)
 OMP_LIB := $(if $(IS_CLANG),-lomp,-lgomp)
 CROSS_SUFFIX := $(if $(filter $(ARCH),$(shell uname -m)),,:$(if $(filter aarch64,$(ARCH)),arm64,$(ARCH)))
 
-CFLAGS ?= -O2 -g
+CFLAGS ?= -O3 -g
 WARN := -Wall -Wextra -Werror
 # ISO C (no GNU fp contraction): scalar ref math rounds exactly as written;
 # SIMD kernels fuse only where they call an FMA intrinsic.

@@ -3,6 +3,7 @@
  *
  *   mla_bench peak    [--threads N] [--backend NAME] [--reps R] [--json]
  *   mla_bench convert [--threads N] [--backend NAME] [--reps R] [--n N] [--json]
+ *   mla_bench metadata [--threads N] [--reps R] [--json]
  *
  * `peak` measures two ceilings: the FMA throughput of each backend (its
  * fma_probe on every thread at once) and memcpy bandwidth. `convert` times
@@ -38,6 +39,9 @@ static const char usage_text[] =
     "            and memcpy bandwidth (256 MiB buffers)\n"
     "  convert   mla_convert (bf16->f32, f32->bf16, f16->f32, f32->f16) and\n"
     "            mla_exp_f32, with the FMA peak and a memcpy of the same bytes\n"
+    "  metadata  the per-step metadata builders for 256 requests with contexts up\n"
+    "            to 128K tokens (block size 64): batch metadata, reorder + split,\n"
+    "            chunk plan, decode schedule (parts = --threads), and all of them\n"
     "\n"
     "options:\n"
     "  --threads N     only N threads (default: 1 and mla_default_threads())\n"
@@ -394,12 +398,6 @@ static const ew_case ew_cases[] = {
     {"exp_f32", MLA_DTYPE_F32, MLA_DTYPE_F32, true},
 };
 
-/* Bytes per element of the dtypes the cases use. */
-static size_t dtype_size(mla_dtype dt)
-{
-    return dt == MLA_DTYPE_F32 ? 4 : 2;
-}
-
 typedef struct ew_run {
     const ew_case *c;
     void *dst;
@@ -462,7 +460,7 @@ static int cmd_convert(const options *o, const plan *p)
             const ew_case *ec = &ew_cases[c];
             /* The memcpy reference moves as many bytes (read + written) as
              * the op does; it does not depend on the backend. */
-            size_t traffic = (size_t)n * (dtype_size(ec->src) + dtype_size(ec->dst));
+            size_t traffic = (size_t)n * (size_t)(mla_dtype_size(ec->src) + mla_dtype_size(ec->dst));
             row copy = measure_copy((char *)out, (const char *)f32, traffic / 2, p->threads[t],
                                     o->reps);
             ew_run run = {ec, out, inputs[ec->src], n, p->threads[t]};
@@ -487,10 +485,179 @@ static int cmd_convert(const options *o, const plan *p)
     return ok ? 0 : 1;
 }
 
+/* ---- metadata ------------------------------------------------------------------- */
+
+/* A decode-heavy step of a large server: 256 requests with contexts up to
+ * 128K tokens in 64-token blocks, 248 decoding one token each and 8
+ * prefilling 512 tokens on top of cached context (so chunking plans too). */
+enum { META_REQS = 256, META_PREFILLS = 8, META_PREFILL_TOKENS = 512, META_BLOCK = 64,
+       META_MAX_CTX = 128 * 1024, META_MAX_BLOCKS = META_MAX_CTX / META_BLOCK + 8,
+       META_INNER = 20 /* builds per timed run: each takes microseconds */ };
+
+typedef struct meta_step {
+    mla_request reqs[META_REQS];
+    int32_t *block_ids; /* every request's ids, back to back */
+    mla_block_layout layout;
+    mla_batch_metadata md;
+    int32_t new_order[META_REQS], context_lens[META_PREFILLS], qsl_p[META_PREFILLS + 1];
+    int64_t workspace_tokens;
+    mla_sched_part *parts;
+    int64_t parts_capacity;
+    int32_t split_prefix[META_REQS + 1];
+} meta_step;
+
+static uint32_t meta_random(uint32_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 17;
+    *state ^= *state << 5;
+    return *state;
+}
+
+static bool meta_step_init(meta_step *m, int threads)
+{
+    uint32_t rng = 12345;
+    int64_t tokens = 0, ids = 0;
+    m->block_ids = alloc((size_t)META_REQS * META_MAX_BLOCKS * sizeof *m->block_ids);
+    m->parts_capacity = threads;
+    m->parts = alloc((size_t)threads * sizeof *m->parts);
+    m->md.query_start_loc = alloc((META_REQS + 1) * sizeof(int32_t));
+    m->md.seq_lens = alloc(META_REQS * sizeof(int32_t));
+    m->md.positions = alloc((size_t)META_REQS * META_PREFILL_TOKENS * sizeof(int64_t));
+    m->md.slot_mapping = alloc((size_t)META_REQS * META_PREFILL_TOKENS * sizeof(int64_t));
+    m->md.block_table = alloc((size_t)META_REQS * META_MAX_BLOCKS * sizeof(int32_t));
+    if (!m->block_ids || !m->parts || !m->md.query_start_loc || !m->md.seq_lens ||
+        !m->md.positions || !m->md.slot_mapping || !m->md.block_table)
+        return false;
+    for (int r = 0; r < META_REQS; r++) {
+        bool prefill = r >= META_REQS - META_PREFILLS; /* last: the reorder has work */
+        int64_t scheduled = prefill ? META_PREFILL_TOKENS : 1;
+        int64_t computed = 1 + meta_random(&rng) % (META_MAX_CTX - scheduled);
+        int64_t nblk = (computed + scheduled + META_BLOCK - 1) / META_BLOCK;
+        mla_request *q = &m->reqs[r];
+        *q = (mla_request){.num_computed_tokens = computed, .num_scheduled_tokens = scheduled,
+                           .num_prompt_tokens = prefill ? computed + scheduled : computed,
+                           .block_ids = m->block_ids + ids, .num_block_ids = nblk};
+        for (int64_t b = 0; b < nblk; b++)
+            m->block_ids[ids + b] = (int32_t)(ids + b);
+        ids += nblk;
+        tokens += scheduled;
+        if (prefill) {
+            int p = r - (META_REQS - META_PREFILLS);
+            m->context_lens[p] = (int32_t)computed;
+            m->qsl_p[p + 1] = (int32_t)(m->qsl_p[p] + scheduled);
+        }
+    }
+    m->layout = (mla_block_layout){.manager_block_size = META_BLOCK, .kernel_block_size = META_BLOCK,
+                                   .max_blocks_per_req = META_MAX_BLOCKS, .cp_world_size = 1,
+                                   .cp_interleave = 1};
+    m->md.slot_mapping_len = tokens;
+    return check(mla_chunk_workspace_tokens(META_MAX_CTX, META_REQS, META_BLOCK, 0,
+                                            &m->workspace_tokens), "mla_chunk_workspace_tokens");
+}
+
+static void meta_step_free(meta_step *m)
+{
+    free(m->block_ids);
+    free(m->parts);
+    free(m->md.query_start_loc);
+    free(m->md.seq_lens);
+    free(m->md.positions);
+    free(m->md.slot_mapping);
+    free(m->md.block_table);
+}
+
+static bool meta_batch(meta_step *m)
+{
+    return check(mla_build_batch_metadata(m->reqs, META_REQS, &m->layout, &m->md),
+                 "mla_build_batch_metadata");
+}
+
+static bool meta_reorder_split(meta_step *m)
+{
+    mla_batch_split split;
+    return check(mla_reorder_batch(m->reqs, META_REQS, 1, m->new_order, NULL), "mla_reorder_batch") &&
+           check(mla_split_batch(m->md.query_start_loc, META_REQS, 1, true, &split), "mla_split_batch");
+}
+
+static bool meta_chunk_plan(meta_step *m)
+{
+    mla_chunk_plan *plan;
+    if (!check(mla_chunk_plan_create(m->context_lens, m->qsl_p, META_PREFILLS, m->workspace_tokens,
+                                     META_BLOCK, 0, MLA_DTYPE_BF16, &plan),
+               "mla_chunk_plan_create"))
+        return false;
+    mla_chunk_plan_destroy(plan);
+    return true;
+}
+
+static bool meta_decode_sched(meta_step *m)
+{
+    mla_decode_sched_params params = {.num_parts = m->parts_capacity, .overhead = -1};
+    int64_t parts;
+    return check(mla_build_decode_sched(m->md.seq_lens, META_REQS - META_PREFILLS, &params, m->parts,
+                                        m->parts_capacity, &parts, m->split_prefix),
+                 "mla_build_decode_sched");
+}
+
+static bool meta_all(meta_step *m)
+{
+    return meta_batch(m) && meta_reorder_split(m) && meta_chunk_plan(m) && meta_decode_sched(m);
+}
+
+typedef struct meta_case {
+    const char *op;
+    bool (*build)(meta_step *m);
+} meta_case;
+
+static const meta_case meta_cases[] = {
+    {"metadata_batch", meta_batch},           {"metadata_reorder_split", meta_reorder_split},
+    {"metadata_chunk_plan", meta_chunk_plan}, {"metadata_decode_sched", meta_decode_sched},
+    {"metadata_all", meta_all},
+};
+
+typedef struct meta_run {
+    const meta_case *c;
+    meta_step *m;
+} meta_run;
+
+static bool run_meta(void *ctx)
+{
+    const meta_run *r = ctx;
+    for (int i = 0; i < META_INNER; i++)
+        if (!r->c->build(r->m))
+            return false;
+    return true;
+}
+
+/* Metadata builders are single-threaded pure C: one row per builder, with
+ * the decode schedule cut into as many parts as the thread count. */
+static int cmd_metadata(const options *o, const plan *p)
+{
+    (void)p;
+    int threads = o->threads > 0 ? o->threads : mla_default_threads();
+    meta_step m = {0};
+    bool ok = meta_step_init(&m, threads) && meta_all(&m); /* sizes the outputs once */
+    if (ok)
+        print_header(o->json);
+    for (size_t c = 0; ok && c < sizeof meta_cases / sizeof meta_cases[0]; c++) {
+        meta_run run = {&meta_cases[c], &m};
+        double s;
+        ok = time_region(run_meta, &run, o->reps, &s);
+        row r = {.op = meta_cases[c].op, .backend = "ref", .threads = threads, .n = META_REQS,
+                 .median_us = s * 1e6 / META_INNER};
+        if (ok)
+            print_row(&r, o->json);
+    }
+    meta_step_free(&m);
+    return ok ? 0 : 1;
+}
+
 static const struct command {
     const char *name;
     int (*run)(const options *o, const plan *p);
-} commands[] = {{"peak", cmd_peak}, {"convert", cmd_convert}};
+    bool per_backend; /* measures backends, so needs their FMA peaks first */
+} commands[] = {{"peak", cmd_peak, true}, {"convert", cmd_convert, true}, {"metadata", cmd_metadata, false}};
 
 /* ---- arguments ------------------------------------------------------------------ */
 
@@ -579,7 +746,7 @@ int main(int argc, char **argv)
     if (!check(mla_init(), "mla_init"))
         return 1;
     plan p = {0};
-    status = make_plan(&o, &p) ? cmd->run(&o, &p) : 1;
+    status = !cmd->per_backend || make_plan(&o, &p) ? cmd->run(&o, &p) : 1;
     free_plan(&p);
     return status;
 }

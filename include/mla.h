@@ -300,7 +300,9 @@ typedef struct mla_block_layout {
     int64_t kernel_block_size;  /* divides manager_block_size; id b expands to
                                    b*m .. b*m+m-1 with m = manager / kernel      */
     int64_t max_blocks_per_req; /* block_table columns, in kernel blocks          */
-    /* decode context parallelism (SPEC §2.3); world_size 1 = none */
+    /* decode context parallelism (SPEC §2.3). Without it set world_size 1,
+     * rank 0, interleave 1 (a zeroed struct is rejected); with it the
+     * interleave must divide kernel_block_size. seq_lens stay global. */
     int64_t cp_world_size, cp_rank, cp_interleave;
 } mla_block_layout;
 
@@ -323,8 +325,9 @@ MLA_API mla_status mla_build_batch_metadata(const mla_request *reqs, int64_t num
                                             const mla_block_layout *layout, mla_batch_metadata *md);
 
 /* vLLM's update_block_table for a second KV-cache group: rewrites only
- * md->block_table and md->slot_mapping from new block ids, reusing
- * query_start_loc and positions already in md. */
+ * md->block_table and md->slot_mapping (all slot_mapping_len entries) from
+ * new block ids, reading (and checking) query_start_loc and positions already
+ * in md; seq_lens, positions and the scalars are left alone. */
 MLA_API mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
                                           const mla_block_layout *layout, mla_batch_metadata *md);
 
@@ -395,7 +398,9 @@ MLA_API void mla_chunk_plan_info_get(const mla_chunk_plan *plan, mla_chunk_plan_
 MLA_API void mla_chunk_plan_destroy(mla_chunk_plan *plan);
 
 /* One part of a split-KV decode schedule (FlashMLA's field order). Blocks are
- * in units of block_n tokens; end_* are exclusive. */
+ * in units of block_n tokens. The part covers requests begin_req..end_req
+ * (inclusive), from begin_block of the first to end_block (exclusive) of the
+ * last. An idle part has begin_req == num_reqs (skip it). */
 typedef struct mla_sched_part {
     int32_t begin_req, end_req, begin_block, end_block;
     int32_t begin_split, first_partial, last_partial, pad;
@@ -407,11 +412,13 @@ typedef struct mla_decode_sched_params {
     int64_t overhead;   /* fixed cost per request segment, in blocks; < 0: 5 */
     /* > 0: batch-invariant mode. Every request is cut every split_blocks
      * blocks from its start, whatever the batch or thread count, and parts
-     * take whole splits. */
+     * take whole splits; a driver cuts a part's range of a request at
+     * multiples of split_blocks (split k -> slot split_prefix[b] + k). */
     int64_t split_blocks;
 } mla_decode_sched_params;
 
-/* Builds the schedule for B requests with seq_lens [B]: parts [num_parts]
+/* Builds the schedule for B requests with seq_lens [B] (params NULL: all
+ * defaults; note a zeroed struct means overhead 0): parts [num_parts]
  * (the resolved count is returned in *num_parts), split_prefix [B+1]
  * (request b owns partial slots split_prefix[b] .. split_prefix[b+1]-1; the
  * last entry is the partial-buffer row count, at most B + num_parts in the

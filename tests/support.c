@@ -99,3 +99,18 @@ bool support_force_convert_backend(int i)
     assert_int_equal(mla_force_backend(MLA_OP_CONVERT, b->name), MLA_OK);
     return true;
 }
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+uint64_t support_random(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+int64_t support_random_in(int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(support_random() % (uint64_t)(hi - lo + 1));
+}

@@ -27,6 +27,12 @@ void support_setenv(const char *name, const char *value);
 /* True if the text contains the needle; on failure prints both. */
 bool support_contains(const char *text, const char *needle);
 
+/* Deterministic xorshift64 stream shared by the property tests (seeded, so a
+ * failure reproduces). */
+uint64_t support_random(void);
+/* Uniform in [lo, hi] (hi - lo small against 2^64). */
+int64_t support_random_in(int64_t lo, int64_t hi);
+
 /* Forces MLA_OP_CONVERT onto backend i; returns false, printing why, if it
  * cannot run on this CPU (the caller skips it). */
 bool support_force_convert_backend(int i);

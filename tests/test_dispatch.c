@@ -421,6 +421,39 @@ static void test_override_builtin(void **state)
     assert_string_equal(mla_last_backend(), "ref");
 }
 
+static void test_block_size_supported(void **state)
+{
+    (void)state;
+    mla_config cfg = mla_config_default();
+    bool ok = false;
+    int64_t multiple = 0;
+    cfg.block_size = 7; /* built-ins take any block size */
+    assert_int_equal(mla_block_size_supported(&cfg, &ok, &multiple), MLA_OK);
+    assert_true(ok);
+    assert_int_equal(multiple, 1);
+
+    /* a decode backend wanting multiples of 16, a prefill one wanting 24 */
+    mla_backend_desc d = *mla_backend_find("ref");
+    d.name = "dec16";
+    d.priority = 100;
+    d.ops = 1u << MLA_OP_DECODE;
+    d.block_size_multiple = 16;
+    assert_int_equal(mla_register_backend(&d, false), MLA_OK);
+    d.name = "pre24";
+    d.ops = 1u << MLA_OP_PREFILL;
+    d.block_size_multiple = 24;
+    assert_int_equal(mla_register_backend(&d, false), MLA_OK);
+    assert_int_equal(mla_block_size_supported(&cfg, &ok, &multiple), MLA_OK);
+    assert_false(ok);
+    assert_int_equal(multiple, 48);
+    cfg.block_size = 96;
+    assert_int_equal(mla_block_size_supported(&cfg, &ok, &multiple), MLA_OK);
+    assert_true(ok);
+    cfg.block_size = 0;
+    assert_int_equal(mla_block_size_supported(&cfg, &ok, &multiple), MLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mla_block_size_supported(NULL, &ok, &multiple), MLA_ERR_INVALID_ARGUMENT);
+}
+
 static void test_register_bad_descriptors(void **state)
 {
     (void)state;
@@ -529,6 +562,7 @@ int main(void)
         cmocka_unit_test_setup(test_force_api, reset_state),
         cmocka_unit_test_setup(test_register_custom, reset_state),
         cmocka_unit_test_setup(test_override_builtin, reset_state),
+        cmocka_unit_test_setup(test_block_size_supported, reset_state),
         cmocka_unit_test_setup(test_register_bad_descriptors, reset_state),
         cmocka_unit_test_setup(test_status_strings, reset_state),
         cmocka_unit_test_setup(test_last_error_is_thread_local, reset_state),

@@ -165,8 +165,11 @@ static mla_status check_config(const mla_config *cfg)
     return MLA_OK;
 }
 
+/* Which config rules collect_reasons applies. */
+typedef enum { CHECK_ALL, IGNORE_BLOCK_SIZE } check_mode;
+
 static void collect_reasons(const mla_backend_desc *b, mla_op op, const mla_config *cfg,
-                            mla_reasons *out)
+                            check_mode mode, mla_reasons *out)
 {
     memset(out, 0, sizeof *out);
     if (!(b->ops & (1u << op)))
@@ -199,7 +202,7 @@ static void collect_reasons(const mla_backend_desc *b, mla_op op, const mla_conf
     }
     if (!any_dim && !dim_ok)
         add_reason(out, "head dim (L+R) %lld not supported (supported: %s)", (long long)dim, dims);
-    if (b->block_size_multiple > 1 && cfg->block_size % b->block_size_multiple != 0)
+    if (mode == CHECK_ALL && b->block_size_multiple > 1 && cfg->block_size % b->block_size_multiple != 0)
         add_reason(out, "block_size %lld not a multiple of %lld", (long long)cfg->block_size,
                    (long long)b->block_size_multiple);
 }
@@ -215,7 +218,8 @@ static void join_reasons(const mla_reasons *r, char *buf, size_t size)
 
 /* ---- initialization ------------------------------------------------------ */
 
-static mla_status select_ready(mla_op op, const mla_config *cfg, const mla_backend_desc **out);
+static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode,
+                               const mla_backend_desc **out);
 
 static mla_status unknown_backend(const char *name)
 {
@@ -231,7 +235,7 @@ static mla_status force_locked(mla_op op, const char *name)
     if (i < 0)
         return unknown_backend(name);
     mla_reasons r;
-    collect_reasons(&g.registry[i].desc, op, NULL, &r);
+    collect_reasons(&g.registry[i].desc, op, NULL, CHECK_ALL, &r);
     if (r.count > 0) {
         char why[MESSAGE_LEN / 2];
         join_reasons(&r, why, sizeof why);
@@ -254,7 +258,7 @@ static void log_state(void)
     }
     for (int i = 0; i < g.count; i++) {
         mla_reasons r;
-        collect_reasons(&g.registry[i].desc, MLA_OP_CONVERT, NULL, &r);
+        collect_reasons(&g.registry[i].desc, MLA_OP_CONVERT, NULL, CHECK_ALL, &r);
         char why[MESSAGE_LEN / 2];
         join_reasons(&r, why, sizeof why);
         log_line("backend %-12s %s%s", g.registry[i].name, r.count ? "unavailable: " : "available",
@@ -264,7 +268,7 @@ static void log_state(void)
         const mla_backend_desc *b = NULL;
         if (g.op_status[op] != MLA_OK)
             log_line("%s: error: %s", mla_op_name(op), g.op_error[op]);
-        else if (select_ready((mla_op)op, NULL, &b) == MLA_OK)
+        else if (select_ready((mla_op)op, NULL, CHECK_ALL, &b) == MLA_OK)
             log_line("%s -> %s%s", mla_op_name(op), b->name, g.forced[op][0] ? " (forced)" : "");
     }
     log_line("threads: %d (omp_get_max_threads)", omp_get_max_threads());
@@ -405,7 +409,7 @@ mla_status mla_backend_validate(const char *name, mla_op op, const mla_config *c
     int i = find_index(name);
     if (i < 0)
         return unknown_backend(name);
-    collect_reasons(&g.registry[i].desc, op, cfg, out);
+    collect_reasons(&g.registry[i].desc, op, cfg, CHECK_ALL, out);
     return MLA_OK;
 }
 
@@ -429,7 +433,8 @@ mla_status mla_force_backend(mla_op op, const char *name)
 }
 
 /* Selection proper; needs init done and cfg checked. */
-static mla_status select_ready(mla_op op, const mla_config *cfg, const mla_backend_desc **out)
+static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode,
+                               const mla_backend_desc **out)
 {
     char why[MESSAGE_LEN - 128];
     mla_reasons r;
@@ -437,7 +442,7 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, const mla_backe
         int i = find_index(g.forced[op]);
         if (i < 0)
             return unknown_backend(g.forced[op]);
-        collect_reasons(&g.registry[i].desc, op, cfg, &r);
+        collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
         if (r.count > 0) {
             join_reasons(&r, why, sizeof why);
             return mla_fail(MLA_ERR_BACKEND_INVALID, "forced backend '%s' cannot run %s: %s",
@@ -449,7 +454,7 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, const mla_backe
     size_t len = 0;
     why[0] = '\0';
     for (int i = 0; i < g.count; i++) {
-        collect_reasons(&g.registry[i].desc, op, cfg, &r);
+        collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
         if (r.count == 0) {
             *out = &g.registry[i].desc;
             return MLA_OK;
@@ -472,7 +477,39 @@ mla_status mla_select_backend(mla_op op, const mla_config *cfg, const mla_backen
         return st;
     if (cfg && (st = check_config(cfg)) != MLA_OK)
         return st;
-    return select_ready(op, cfg, out);
+    return select_ready(op, cfg, CHECK_ALL, out);
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+mla_status mla_block_size_supported(const mla_config *cfg, bool *supported, int64_t *required_multiple)
+{
+    if (!cfg || !supported || !required_multiple)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_block_size_supported: NULL argument");
+    mla_status st = check_config(cfg);
+    if (st != MLA_OK)
+        return st;
+    /* the backends decode and prefill would take if block size were no rule */
+    int64_t need = 1;
+    static const mla_op ops[] = {MLA_OP_DECODE, MLA_OP_PREFILL};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        const mla_backend_desc *b;
+        if ((st = init_for(ops[i])) != MLA_OK || (st = select_ready(ops[i], cfg, IGNORE_BLOCK_SIZE, &b)) != MLA_OK)
+            return st;
+        int64_t m = b->block_size_multiple > 1 ? b->block_size_multiple : 1;
+        need = need / gcd64(need, m) * m;
+    }
+    *required_multiple = need;
+    *supported = cfg->block_size % need == 0;
+    return MLA_OK;
 }
 
 mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
