@@ -9,6 +9,7 @@
  * caller's buffers as they were.
  */
 #include "dispatch/error.h"
+#include "metadata/parallel.h"
 #include "metadata/request_check.h"
 
 #include <string.h>
@@ -159,14 +160,13 @@ static mla_status check_blocks(const char *fn, const mla_request *reqs, int64_t 
                         "blocks of %lld positions, but its %lld block ids give %lld",
                         fn, (long long)r, (long long)len, (long long)needed, (long long)g->span,
                         (long long)q->num_block_ids, (long long)kernel_blocks);
-    /* A branch-free min/max pass (it vectorizes) decides; only a failing
-     * request is walked again to name its first bad id. */
-    int32_t lo = 0, hi = 0;
-    for (int64_t k = 0; k < q->num_block_ids; k++) {
-        lo = q->block_ids[k] < lo ? q->block_ids[k] : lo;
-        hi = q->block_ids[k] > hi ? q->block_ids[k] : hi;
-    }
-    if (lo >= 0 && hi <= g->max_block_id)
+    /* A branch-free pass (it vectorizes) decides: as unsigned, a negative id
+     * is above any valid one. Only a failing request is walked again to name
+     * its first bad id. */
+    uint32_t limit = (uint32_t)g->max_block_id, bad = 0;
+    for (int64_t k = 0; k < q->num_block_ids; k++)
+        bad |= (uint32_t)q->block_ids[k] > limit;
+    if (!bad)
         return MLA_OK;
     for (int64_t k = 0; k < q->num_block_ids; k++) {
         mla_status st = check_block_id(fn, q, r, k, g);
@@ -278,9 +278,13 @@ static int64_t kernel_block_id(const mla_request *q, const geometry *g, int64_t 
     return (int64_t)q->block_ids[k / g->m] * g->m + k % g->m;
 }
 
+/* The table is B x max_blocks int32s, megabytes for long contexts; rows are
+ * independent, so a large one is written by every thread. */
 static void write_block_table(const mla_request *reqs, int64_t num_reqs, const geometry *g,
                               int32_t *table)
 {
+    bool large = num_reqs > 1 && num_reqs * g->cols >= MLA_METADATA_PARALLEL_MIN;
+#pragma omp parallel for if (large) schedule(static)
     for (int64_t r = 0; r < num_reqs; r++) {
         const mla_request *q = &reqs[r];
         int32_t *row = table + r * g->cols;
@@ -295,26 +299,40 @@ static void write_block_table(const mla_request *reqs, int64_t num_reqs, const g
     }
 }
 
-/* SPEC §2.3. Position p sits at offset p % span of virtual block p / span;
- * interleave-sized runs of that block go round-robin over the ranks, and a
- * rank packs its runs into its own kernel block. With one rank this is
- * block * bs + p % bs. */
-static int64_t slot_of(const mla_request *q, const geometry *g, int64_t p)
+/* SPEC §2.3. Position p sits at offset off = p % span of virtual block
+ * blk = p / span; interleave-sized runs of that block go round-robin over the
+ * ranks, and a rank packs its runs into its own kernel block. With one rank
+ * this is block * bs + off. */
+static int64_t slot_at(const mla_request *q, const geometry *g, int64_t blk, int64_t off)
 {
-    int64_t off = p % g->span;
-    if ((off / g->interleave) % g->world != g->rank)
+    if (g->world > 1 && (off / g->interleave) % g->world != g->rank)
         return PAD_SLOT;
-    int64_t local = off / (g->world * g->interleave) * g->interleave + off % g->interleave;
-    return kernel_block_id(q, g, p / g->span) * g->bs + local;
+    int64_t local = g->world > 1 ? off / (g->world * g->interleave) * g->interleave + off % g->interleave
+                                 : off;
+    int64_t kernel_block = g->m == 1 ? q->block_ids[blk] : kernel_block_id(q, g, blk);
+    return kernel_block * g->bs + local;
 }
 
+/* A request's positions are almost always consecutive: step (blk, off)
+ * along them and divide only where they jump. */
 static void write_slots(const mla_request *reqs, int64_t num_reqs, const geometry *g,
                         const mla_batch_metadata *md)
 {
     const int32_t *qsl = md->query_start_loc;
-    for (int64_t r = 0; r < num_reqs; r++)
-        for (int64_t t = qsl[r]; t < qsl[r + 1]; t++)
-            md->slot_mapping[t] = slot_of(&reqs[r], g, md->positions[t]);
+    for (int64_t r = 0; r < num_reqs; r++) {
+        int64_t prev = -2, blk = 0, off = 0;
+        for (int64_t t = qsl[r]; t < qsl[r + 1]; t++) {
+            int64_t p = md->positions[t];
+            if (p == prev + 1 && off + 1 < g->span) {
+                off++;
+            } else {
+                blk = p / g->span;
+                off = p % g->span;
+            }
+            prev = p;
+            md->slot_mapping[t] = slot_at(&reqs[r], g, blk, off);
+        }
+    }
     for (int64_t t = qsl[num_reqs]; t < md->slot_mapping_len; t++)
         md->slot_mapping[t] = PAD_SLOT;
 }

@@ -9,6 +9,7 @@
  * first allocation, so a failure leaves nothing behind.
  */
 #include "dispatch/error.h"
+#include "metadata/parallel.h"
 
 #include <stdlib.h>
 
@@ -296,6 +297,10 @@ mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *que
     }
 
     chunk_arrays a = layout(p, num_prefills, &d);
+    /* token_to_seq is num_chunks x stride int32s (megabytes at long
+     * contexts): chunks fill independently, so large plans use every thread */
+    bool large = d.num_chunks > 1 && d.num_chunks * d.stride >= MLA_METADATA_PARALLEL_MIN;
+#pragma omp parallel for if (large) schedule(static)
     for (int64_t i = 0; i < d.num_chunks; i++)
         fill_chunk(&a, context_lens, num_prefills, &d, i);
     p->info = (mla_chunk_plan_info){
