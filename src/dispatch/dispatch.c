@@ -100,6 +100,16 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     k->fma_probe = k->fma_probe ? k->fma_probe : ref.fma_probe;
 }
 
+/* A descriptor points at its entry's own name and isa arrays, so entries
+ * that memmove shifted must be pointed at their strings again. */
+static void repoint_strings(int from)
+{
+    for (int i = from; i < g.count; i++) {
+        g.registry[i].desc.name = g.registry[i].name;
+        g.registry[i].desc.isa = g.registry[i].isa;
+    }
+}
+
 /* Inserts after every entry of equal or higher priority (stable order). */
 static void insert_entry(const mla_backend_desc *desc)
 {
@@ -109,11 +119,7 @@ static void insert_entry(const mla_backend_desc *desc)
     memmove(&g.registry[at + 1], &g.registry[at], (size_t)(g.count - at) * sizeof g.registry[0]);
     g.count++;
     fill_entry(&g.registry[at], desc);
-    /* entries that moved must point at their own strings again */
-    for (int i = at + 1; i < g.count; i++) {
-        g.registry[i].desc.name = g.registry[i].name;
-        g.registry[i].desc.isa = g.registry[i].isa;
-    }
+    repoint_strings(at + 1);
 }
 
 static void remove_entry(int index)
@@ -121,10 +127,7 @@ static void remove_entry(int index)
     memmove(&g.registry[index], &g.registry[index + 1],
             (size_t)(g.count - index - 1) * sizeof g.registry[0]);
     g.count--;
-    for (int i = index; i < g.count; i++) {
-        g.registry[i].desc.name = g.registry[i].name;
-        g.registry[i].desc.isa = g.registry[i].isa;
-    }
+    repoint_strings(index);
 }
 
 /* "avx512_bf16, avx512, avx2, ref" */

@@ -9,7 +9,7 @@
  * caller's buffers as they were.
  */
 #include "dispatch/error.h"
-#include "metadata/parallel.h"
+#include "metadata/metadata.h"
 #include "metadata/request_check.h"
 
 #include <string.h>
@@ -153,7 +153,7 @@ static mla_status check_blocks(const char *fn, const mla_request *reqs, int64_t 
                         "each do not fit max_blocks_per_req = %lld",
                         fn, (long long)r, (long long)q->num_block_ids, (long long)g->m,
                         (long long)g->cols);
-    int64_t len = seq_len(q), needed = len / g->span + (len % g->span != 0);
+    int64_t len = seq_len(q), needed = mla_ceil_div(len, g->span);
     if (needed > kernel_blocks)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT,
                         "%s: reqs[%lld]: %lld tokens need %lld kernel "

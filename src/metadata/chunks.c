@@ -9,7 +9,7 @@
  * first allocation, so a failure leaves nothing behind.
  */
 #include "dispatch/error.h"
-#include "metadata/parallel.h"
+#include "metadata/metadata.h"
 
 #include <stdlib.h>
 
@@ -177,7 +177,7 @@ static mla_status derive_chunking(const int32_t *context_lens, int64_t num_prefi
                         "%s: workspace_tokens = %lld cannot hold one block of %lld tokens for each "
                         "of the %lld prefills with context", create_fn, (long long)workspace_tokens,
                         (long long)block_size, (long long)d->n_ctx);
-    d->num_chunks = (d->c_max - 1) / d->m + 1;
+    d->num_chunks = mla_ceil_div(d->c_max, d->m);
     /* A request's share min(ctx - i*M, M) never grows with i, so chunk 0 is
      * the fullest: its total is the stride and bounds every cu_seq_lens. */
     for (int64_t r = 0; r < num_prefills; r++)

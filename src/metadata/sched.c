@@ -22,6 +22,7 @@
  * begin_req to end_req does nothing anyway.
  */
 #include "dispatch/error.h"
+#include "metadata/metadata.h"
 
 #include <omp.h>
 
@@ -38,16 +39,10 @@ typedef struct sched_cfg {
 
 /* ---- sizes ------------------------------------------------------------------ */
 
-/* a / b rounded up, for a >= 0 and b >= 1, without overflowing a + b. */
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return a / b + (a % b != 0);
-}
-
 /* Blocks that hold tokens: where a part's walk of a whole request ends. */
 static int64_t kv_blocks(int32_t len, int64_t block_n)
 {
-    return ceil_div(len, block_n);
+    return mla_ceil_div(len, block_n);
 }
 
 /* FlashMLA's nblk: an empty request still costs one block, because its
@@ -61,7 +56,7 @@ static int64_t cost_blocks(int32_t len, int64_t block_n)
  * empty split, so every request owns at least one slot. */
 static int64_t split_count(int32_t len, const sched_cfg *cfg)
 {
-    int64_t n = ceil_div(kv_blocks(len, cfg->block_n), cfg->split_blocks);
+    int64_t n = mla_ceil_div(kv_blocks(len, cfg->block_n), cfg->split_blocks);
     return n > 0 ? n : 1;
 }
 
@@ -209,7 +204,7 @@ static void build_default(const int32_t *lens, int64_t num_reqs, const sched_cfg
     int64_t total = 0;
     for (int64_t b = 0; b < num_reqs; b++)
         total += cost_blocks(lens[b], cfg->block_n) + cfg->overhead;
-    int64_t payload = ceil_div(total, cfg->num_parts) + cfg->overhead;
+    int64_t payload = mla_ceil_div(total, cfg->num_parts) + cfg->overhead;
     default_walk w = {.lens = lens, .num_reqs = num_reqs, .block_n = cfg->block_n,
                       .overhead = cfg->overhead, .prefix = prefix};
     prefix[0] = 0;
