@@ -4,6 +4,8 @@
  *   mla_bench peak    [--threads N] [--backend NAME] [--reps R] [--json]
  *   mla_bench convert [--threads N] [--backend NAME] [--reps R] [--n N] [--json]
  *   mla_bench metadata [--threads N] [--reps R] [--json]
+ *   mla_bench cache-write|cache-gather [--threads N] [--backend NAME] [--reps R]
+ *             [--tokens T] [--block-size B] [--cache-dtype D] [--src-dtype D] [--json]
  *
  * `peak` measures two ceilings: the FMA throughput of each backend (its
  * fma_probe on every thread at once) and memcpy bandwidth. `convert` times
@@ -25,6 +27,9 @@
 #define MAX_THREADS 1024
 #define DEFAULT_N ((int64_t)16 << 20)
 #define MAX_N ((int64_t)1 << 40)
+#define DEFAULT_TOKENS 16384
+#define DEFAULT_BLOCK_SIZE 64
+#define MAX_TOKENS ((int64_t)1 << 24)
 /* Far beyond any last-level cache, so copy measures DRAM bandwidth. */
 #define COPY_BYTES ((size_t)256 << 20)
 /* One probe run: long enough to hide fork/join and timer resolution, short
@@ -37,33 +42,45 @@ static const char usage_text[] =
     "commands:\n"
     "  peak      FMA throughput of each backend's probe, run on all threads at once,\n"
     "            and memcpy bandwidth (256 MiB buffers)\n"
-    "  convert   mla_convert (bf16->f32, f32->bf16, f16->f32, f32->f16) and\n"
+    "  convert   mla_convert (bf16, f16, fp8_e4m3, fp8_e5m2 <-> f32) and\n"
     "            mla_exp_f32, with the FMA peak and a memcpy of the same bytes\n"
     "  metadata  the per-step metadata builders for 256 requests with contexts up\n"
     "            to 128K tokens (block size 64): batch metadata, reorder + split,\n"
     "            chunk plan, decode schedule (parts = --threads), and all of them\n"
+    "  cache-write   mla_concat_and_cache of --tokens tokens (576 = 512 + 64 wide)\n"
+    "            into random blocks of a paged cache, per cache/source dtype pair\n"
+    "  cache-gather  mla_gather_cache (dequantizing) and mla_cp_gather_cache of\n"
+    "            --tokens rows of 16 requests' random blocks into a workspace\n"
     "\n"
     "options:\n"
     "  --threads N     only N threads (default: 1 and mla_default_threads())\n"
     "  --backend NAME  only this backend (default: every one this CPU can run)\n"
     "  --reps R        timed runs per case; the median is reported (default 7)\n"
     "  --n N           elements per convert case (default 16777216)\n"
+    "  --tokens T      rows per cache case (default 16384)\n"
+    "  --block-size B  cache block size of the cache cases (default 64)\n"
+    "  --cache-dtype D only cache cases of this cache dtype (f32 bf16 f16 fp8_e4m3 fp8_e5m2)\n"
+    "  --src-dtype D   only cache cases whose other side (source or workspace) is D\n"
     "  --json          one JSON object per case and line on stdout, nothing else\n"
     "  --help          this text\n"
     "\n"
     "GB/s counts bytes read + bytes written: a memcpy of B bytes moves 2B.\n"
     "Conversions and exp report 0 GFLOP/s (they are memory bound, not FLOPs);\n"
-    "compare their GB/s with copy GB/s, a memcpy moving the same bytes.\n"
+    "compare their GB/s with copy GB/s, a memcpy moving the same bytes on the same\n"
+    "threads in the same run (%copy = 100 * GB/s / copy GB/s).\n"
     "%peak = 100 * GFLOP/s / peak, where peak is the same backend's FMA probe at\n"
     "the same thread count, measured first in the same process.\n"
     "JSON keys: op backend threads n median_us gflops gbps peak_gflops pct_peak\n"
-    "copy_gbps; n (elements; bytes for copy) and copy_gbps only where they apply.\n";
+    "copy_gbps pct_copy; n (elements; rows for cache ops; bytes for copy),\n"
+    "copy_gbps and pct_copy only where they apply.\n";
 
 typedef struct options {
     const char *backend; /* NULL: every backend that can run here */
     int threads;         /* 0: 1 and mla_default_threads() */
     int reps;
     int64_t n;
+    int64_t tokens, block_size;   /* cache cases */
+    int cache_dtype, other_dtype; /* cache cases; -1: all */
     bool json;
 } options;
 
@@ -94,9 +111,10 @@ static bool check(mla_status st, const char *what)
     return st == MLA_OK;
 }
 
+/* 64-byte aligned, as servers' tensors are: rows start on cache lines. */
 static void *alloc(size_t bytes)
 {
-    void *p = malloc(bytes);
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p)
         fprintf(stderr, "mla_bench: out of memory allocating %zu bytes\n", bytes);
     return p;
@@ -141,13 +159,36 @@ static bool time_region(run_fn run, void *ctx, int reps, double *median_s)
     return true;
 }
 
+/* Median times of `run` and of `copy`, timed alternately rep by rep, so
+ * that a noisy machine's slow spells hit both alike. */
+static bool time_interleaved(run_fn run, void *ctx, run_fn copy, void *copy_ctx, int reps,
+                             double *median_s, double *copy_median_s)
+{
+    double t[MAX_REPS], c[MAX_REPS];
+    if (!run(ctx) || !copy(copy_ctx))
+        return false;
+    for (int i = 0; i < reps; i++) {
+        double start = omp_get_wtime();
+        if (!copy(copy_ctx))
+            return false;
+        double mid = omp_get_wtime();
+        if (!run(ctx))
+            return false;
+        t[i] = omp_get_wtime() - mid;
+        c[i] = mid - start;
+    }
+    *median_s = median(t, reps);
+    *copy_median_s = median(c, reps);
+    return true;
+}
+
 /* ---- output ---------------------------------------------------------------- */
 
 static void print_header(bool json)
 {
     if (!json)
-        printf("%-18s %-12s %7s %10s %11s %9s %8s %9s %6s %9s\n", "op", "backend", "threads",
-               "n", "median_us", "GFLOP/s", "GB/s", "peak", "%peak", "copy GB/s");
+        printf("%-26s %-12s %7s %10s %11s %9s %8s %9s %6s %9s %6s\n", "op", "backend", "threads",
+               "n", "median_us", "GFLOP/s", "GB/s", "peak", "%peak", "copy GB/s", "%copy");
 }
 
 static void print_row(const row *r, bool json)
@@ -161,17 +202,19 @@ static void print_row(const row *r, bool json)
                "\"pct_peak\":%.2f",
                r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak);
         if (r->copy_gbps > 0)
-            printf(",\"copy_gbps\":%.3f", r->copy_gbps);
+            printf(",\"copy_gbps\":%.3f,\"pct_copy\":%.2f", r->copy_gbps, 100 * r->gbps / r->copy_gbps);
         printf("}\n");
         return;
     }
-    char n[24] = "-", copy[24] = "-";
+    char n[24] = "-", copy[24] = "-", pct_copy[24] = "-";
     if (r->n > 0)
         snprintf(n, sizeof n, "%lld", (long long)r->n);
-    if (r->copy_gbps > 0)
+    if (r->copy_gbps > 0) {
         snprintf(copy, sizeof copy, "%.2f", r->copy_gbps);
-    printf("%-18s %-12s %7d %10s %11.1f %9.2f %8.2f %9.2f %6.1f %9s\n", r->op, r->backend,
-           r->threads, n, r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak, copy);
+        snprintf(pct_copy, sizeof pct_copy, "%.1f", 100 * r->gbps / r->copy_gbps);
+    }
+    printf("%-26s %-12s %7d %10s %11.1f %9.2f %8.2f %9.2f %6.1f %9s %6s\n", r->op, r->backend,
+           r->threads, n, r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak, copy, pct_copy);
 }
 
 /* ---- FMA peak ---------------------------------------------------------------- */
@@ -395,6 +438,10 @@ static const ew_case ew_cases[] = {
     {"convert_f32_bf16", MLA_DTYPE_F32, MLA_DTYPE_BF16, false},
     {"convert_f16_f32", MLA_DTYPE_F16, MLA_DTYPE_F32, false},
     {"convert_f32_f16", MLA_DTYPE_F32, MLA_DTYPE_F16, false},
+    {"convert_e4m3_f32", MLA_DTYPE_FP8_E4M3, MLA_DTYPE_F32, false},
+    {"convert_f32_e4m3", MLA_DTYPE_F32, MLA_DTYPE_FP8_E4M3, false},
+    {"convert_e5m2_f32", MLA_DTYPE_FP8_E5M2, MLA_DTYPE_F32, false},
+    {"convert_f32_e5m2", MLA_DTYPE_F32, MLA_DTYPE_FP8_E5M2, false},
     {"exp_f32", MLA_DTYPE_F32, MLA_DTYPE_F32, true},
 };
 
@@ -414,14 +461,17 @@ static bool run_ew(void *ctx)
     return check(st, r->c->op);
 }
 
-/* Times `run` with backend b forced; false if it failed or ran on another. */
-static bool measure_ew(const mla_backend_desc *b, ew_run *run, int reps, double *median_s)
+/* Forces backend b for MLA_OP_CONVERT. */
+static bool force_convert(const mla_backend_desc *b)
 {
-    if (!check(mla_force_backend(MLA_OP_CONVERT, b->name), "mla_force_backend") ||
-        !time_region(run_ew, run, reps, median_s))
-        return false;
+    return check(mla_force_backend(MLA_OP_CONVERT, b->name), "mla_force_backend");
+}
+
+/* False, after saying so, if the last op ran on another backend than b. */
+static bool ran_on(const mla_backend_desc *b, const char *op)
+{
     if (strcmp(mla_last_backend(), b->name) != 0) {
-        fprintf(stderr, "mla_bench: %s ran on backend '%s', not the forced '%s'\n", run->c->op,
+        fprintf(stderr, "mla_bench: %s ran on backend '%s', not the forced '%s'\n", op,
                 mla_last_backend(), b->name);
         return false;
     }
@@ -430,13 +480,16 @@ static bool measure_ew(const mla_backend_desc *b, ew_run *run, int reps, double 
 
 /* Inputs of every source dtype, from one f32 ramp over [-8, 8): finite under
  * exp and in f16 range, so no case runs a special-value path. */
-static bool make_inputs(float *f32, uint16_t *bf16, uint16_t *f16, int64_t n, int threads)
+static bool make_inputs(float *f32, uint16_t *bf16, uint16_t *f16, uint8_t *e4m3, uint8_t *e5m2,
+                        int64_t n, int threads)
 {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n; i++)
         f32[i] = (float)(i % 2048 - 1024) / 128.0f;
     return check(mla_convert(MLA_DTYPE_BF16, bf16, MLA_DTYPE_F32, f32, n, threads), "mla_convert") &&
-           check(mla_convert(MLA_DTYPE_F16, f16, MLA_DTYPE_F32, f32, n, threads), "mla_convert");
+           check(mla_convert(MLA_DTYPE_F16, f16, MLA_DTYPE_F32, f32, n, threads), "mla_convert") &&
+           check(mla_convert(MLA_DTYPE_FP8_E4M3, e4m3, MLA_DTYPE_F32, f32, n, threads), "mla_convert") &&
+           check(mla_convert(MLA_DTYPE_FP8_E5M2, e5m2, MLA_DTYPE_F32, f32, n, threads), "mla_convert");
 }
 
 static int cmd_convert(const options *o, const plan *p)
@@ -445,9 +498,12 @@ static int cmd_convert(const options *o, const plan *p)
     size_t max_bytes = (size_t)n * sizeof(float);
     float *f32 = alloc(max_bytes), *out = alloc(max_bytes);
     uint16_t *bf16 = alloc(max_bytes / 2), *f16 = alloc(max_bytes / 2);
+    uint8_t *e4m3 = alloc(max_bytes / 4), *e5m2 = alloc(max_bytes / 4);
     const void *inputs[MLA_DTYPE_COUNT] = { /* source of each case, by its dtype */
-        [MLA_DTYPE_F32] = f32, [MLA_DTYPE_BF16] = bf16, [MLA_DTYPE_F16] = f16};
-    bool ok = f32 && out && bf16 && f16 && make_inputs(f32, bf16, f16, n, most_threads(p));
+        [MLA_DTYPE_F32] = f32, [MLA_DTYPE_BF16] = bf16, [MLA_DTYPE_F16] = f16,
+        [MLA_DTYPE_FP8_E4M3] = e4m3, [MLA_DTYPE_FP8_E5M2] = e5m2};
+    bool ok = f32 && out && bf16 && f16 && e4m3 && e5m2 &&
+              make_inputs(f32, bf16, f16, e4m3, e5m2, n, most_threads(p));
     if (ok) {
         first_touch((char *)out, max_bytes, most_threads(p));
         print_header(o->json);
@@ -466,7 +522,8 @@ static int cmd_convert(const options *o, const plan *p)
             ew_run run = {ec, out, inputs[ec->src], n, p->threads[t]};
             for (int b = 0; ok && b < p->nbackends; b++) {
                 double s;
-                ok = measure_ew(p->backends[b], &run, o->reps, &s);
+                ok = force_convert(p->backends[b]) && time_region(run_ew, &run, o->reps, &s) &&
+                     ran_on(p->backends[b], ec->op);
                 if (!ok)
                     break;
                 row r = {.op = ec->op, .backend = p->backends[b]->name, .threads = run.threads,
@@ -482,6 +539,8 @@ static int cmd_convert(const options *o, const plan *p)
     free(out);
     free(bf16);
     free(f16);
+    free(e4m3);
+    free(e5m2);
     return ok ? 0 : 1;
 }
 
@@ -653,11 +712,199 @@ static int cmd_metadata(const options *o, const plan *p)
     return ok ? 0 : 1;
 }
 
+/* ---- cache ops ------------------------------------------------------------------ */
+
+enum { CACHE_L = 512, CACHE_R = 64, CACHE_WIDTH = CACHE_L + CACHE_R, CACHE_REQS = 16 };
+
+typedef enum cache_kind { CACHE_WRITE, CACHE_GATHER, CACHE_CP_GATHER } cache_kind;
+
+/* One case: the cache dtype and the other side's (source or workspace). */
+typedef struct cache_case {
+    cache_kind kind;
+    mla_dtype cache, other;
+} cache_case;
+
+static const cache_case write_cases[] = {
+    {CACHE_WRITE, MLA_DTYPE_BF16, MLA_DTYPE_BF16},     {CACHE_WRITE, MLA_DTYPE_BF16, MLA_DTYPE_F32},
+    {CACHE_WRITE, MLA_DTYPE_F32, MLA_DTYPE_F32},       {CACHE_WRITE, MLA_DTYPE_F16, MLA_DTYPE_F16},
+    {CACHE_WRITE, MLA_DTYPE_FP8_E4M3, MLA_DTYPE_BF16}, {CACHE_WRITE, MLA_DTYPE_FP8_E5M2, MLA_DTYPE_F32},
+};
+static const cache_case gather_cases[] = {
+    {CACHE_GATHER, MLA_DTYPE_BF16, MLA_DTYPE_BF16},        {CACHE_GATHER, MLA_DTYPE_BF16, MLA_DTYPE_F32},
+    {CACHE_GATHER, MLA_DTYPE_F32, MLA_DTYPE_F32},          {CACHE_GATHER, MLA_DTYPE_FP8_E4M3, MLA_DTYPE_BF16},
+    {CACHE_GATHER, MLA_DTYPE_FP8_E5M2, MLA_DTYPE_F32},     {CACHE_CP_GATHER, MLA_DTYPE_BF16, MLA_DTYPE_BF16},
+    {CACHE_CP_GATHER, MLA_DTYPE_FP8_E4M3, MLA_DTYPE_FP8_E4M3},
+};
+
+/* Buffers of a cache case. Tokens fill random whole blocks, as a prefill's
+ * or a chunk's do; the cache has twice the slots the tokens need. */
+typedef struct cache_bench {
+    const cache_case *c;
+    int64_t tokens, block_size, num_blocks;
+    mla_kv_cache cache;
+    void *rows;       /* [tokens, 576] source (write) or workspace (gathers) */
+    int64_t *slots;   /* [tokens] */
+    int32_t *block_table, cu_seq_lens[CACHE_REQS + 1], *token_to_seq;
+    mla_gather_spec spec;
+    int threads;
+} cache_bench;
+
+static bool cache_bench_init(cache_bench *cb, const cache_case *c, int64_t tokens, int64_t bs,
+                             int threads)
+{
+    uint32_t rng = 777;
+    int64_t used_blocks = (tokens + bs - 1) / bs, cols = used_blocks / CACHE_REQS + 2;
+    *cb = (cache_bench){.c = c, .tokens = tokens, .block_size = bs, .num_blocks = 2 * used_blocks,
+                        .threads = threads};
+    size_t cache_bytes = (size_t)(cb->num_blocks * bs * CACHE_WIDTH * mla_dtype_size(c->cache));
+    size_t row_bytes = (size_t)(tokens * CACHE_WIDTH * mla_dtype_size(c->other));
+    int64_t *perm = alloc((size_t)cb->num_blocks * sizeof *perm);
+    cb->cache = (mla_kv_cache){.data = alloc(cache_bytes), .dtype = c->cache,
+                               .num_blocks = cb->num_blocks, .block_size = bs,
+                               .width = CACHE_WIDTH, .scale = 0.5f};
+    cb->rows = alloc(row_bytes);
+    cb->slots = alloc((size_t)tokens * sizeof *cb->slots);
+    cb->block_table = alloc((size_t)(CACHE_REQS * cols) * sizeof *cb->block_table);
+    cb->token_to_seq = alloc((size_t)tokens * sizeof *cb->token_to_seq);
+    if (!perm || !cb->cache.data || !cb->rows || !cb->slots || !cb->block_table || !cb->token_to_seq) {
+        free(perm);
+        return false;
+    }
+    /* small finite values in every dtype; touched by the threads that use them */
+    first_touch(cb->cache.data, cache_bytes, threads);
+    first_touch(cb->rows, row_bytes, threads);
+    memset(cb->cache.data, 0x3c, cache_bytes);
+    memset(cb->rows, 0x3c, row_bytes);
+    for (int64_t i = 0; i < cb->num_blocks; i++)
+        perm[i] = i;
+    for (int64_t i = cb->num_blocks - 1; i > 0; i--) {
+        int64_t j = meta_random(&rng) % (uint32_t)(i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    for (int64_t t = 0; t < tokens; t++)
+        cb->slots[t] = perm[t / bs] * bs + t % bs;
+    /* CACHE_REQS equal requests; request r owns blocks r*cols/... of perm */
+    for (int r = 0; r <= CACHE_REQS; r++)
+        cb->cu_seq_lens[r] = (int32_t)(tokens * r / CACHE_REQS);
+    for (int r = 0; r < CACHE_REQS; r++)
+        for (int64_t k = 0; k < cols; k++)
+            cb->block_table[r * cols + k] = (int32_t)perm[(r * cols + k) % cb->num_blocks];
+    for (int r = 0; r < CACHE_REQS; r++)
+        for (int64_t t = cb->cu_seq_lens[r]; t < cb->cu_seq_lens[r + 1]; t++)
+            cb->token_to_seq[t] = r;
+    cb->spec = (mla_gather_spec){.block_table = cb->block_table, .block_table_cols = cols,
+                                 .num_reqs = CACHE_REQS, .cu_seq_lens = cb->cu_seq_lens};
+    free(perm);
+    return true;
+}
+
+static void cache_bench_free(cache_bench *cb)
+{
+    free(cb->cache.data);
+    free(cb->rows);
+    free(cb->slots);
+    free(cb->block_table);
+    free(cb->token_to_seq);
+}
+
+static bool run_cache(void *ctx)
+{
+    const cache_bench *cb = ctx;
+    switch (cb->c->kind) {
+    case CACHE_WRITE: {
+        const char *src = cb->rows;
+        return check(mla_concat_and_cache(&cb->cache, src, CACHE_WIDTH,
+                                          src + CACHE_L * mla_dtype_size(cb->c->other), CACHE_WIDTH,
+                                          cb->c->other, CACHE_L, CACHE_R, cb->slots, cb->tokens,
+                                          cb->threads), "mla_concat_and_cache");
+    }
+    case CACHE_GATHER:
+        return check(mla_gather_cache(&cb->cache, &cb->spec, cb->token_to_seq, cb->tokens, cb->rows,
+                                      cb->c->other, CACHE_WIDTH, cb->threads), "mla_gather_cache");
+    default:
+        return check(mla_cp_gather_cache(&cb->cache, &cb->spec, cb->rows, CACHE_WIDTH, cb->threads),
+                     "mla_cp_gather_cache");
+    }
+}
+
+static bool cache_case_selected(const options *o, const cache_case *c)
+{
+    return (o->cache_dtype < 0 || o->cache_dtype == (int)c->cache) &&
+           (o->other_dtype < 0 || o->other_dtype == (int)c->other);
+}
+
+/* Every selected case at every thread count on every backend, each timed
+ * alternately with a memcpy of its traffic (bytes read + written) on as many
+ * threads. */
+static int run_cache_cases(const options *o, const plan *p, const cache_case *cases, int count)
+{
+    bool ok = true;
+    print_header(o->json);
+    for (int i = 0; ok && i < count; i++) {
+        const cache_case *c = &cases[i];
+        if (!cache_case_selected(o, c))
+            continue;
+        static const char *names[] = {"cache_write", "cache_gather", "cache_cp_gather"};
+        char op[48];
+        snprintf(op, sizeof op, "%s_%s_%s", names[c->kind],
+                 mla_dtype_name(c->kind == CACHE_WRITE ? c->other : c->cache),
+                 mla_dtype_name(c->kind == CACHE_WRITE ? c->cache : c->other));
+        size_t traffic = (size_t)(o->tokens * CACHE_WIDTH *
+                                  (mla_dtype_size(c->cache) + mla_dtype_size(c->other)));
+        for (int t = 0; ok && t < p->nthreads; t++) {
+            cache_bench cb;
+            char *copy_src = alloc(traffic / 2), *copy_dst = alloc(traffic / 2);
+            ok = copy_src && copy_dst &&
+                 cache_bench_init(&cb, c, o->tokens, o->block_size, p->threads[t]);
+            if (ok) {
+                first_touch(copy_src, traffic / 2, p->threads[t]);
+                first_touch(copy_dst, traffic / 2, p->threads[t]);
+                copy_run copy = {copy_dst, copy_src, traffic / 2, p->threads[t]};
+                for (int b = 0; ok && b < p->nbackends; b++) {
+                    double s, copy_s;
+                    ok = force_convert(p->backends[b]) &&
+                         time_interleaved(run_cache, &cb, run_copy, &copy, o->reps, &s, &copy_s) &&
+                         ran_on(p->backends[b], op);
+                    row r = {.op = op, .backend = p->backends[b]->name, .threads = p->threads[t],
+                             .n = o->tokens, .median_us = s * 1e6,
+                             .gbps = giga_per_s((double)traffic, s),
+                             .peak_gflops = p->peaks[b * p->nthreads + t].gflops,
+                             .copy_gbps = giga_per_s((double)traffic, copy_s)};
+                    if (ok)
+                        print_row(&r, o->json);
+                }
+                cache_bench_free(&cb);
+            }
+            free(copy_src);
+            free(copy_dst);
+        }
+    }
+    ok = check(mla_force_backend(MLA_OP_CONVERT, NULL), "mla_force_backend") && ok;
+    return ok ? 0 : 1;
+}
+
+static int cmd_cache_write(const options *o, const plan *p)
+{
+    return run_cache_cases(o, p, write_cases, (int)(sizeof write_cases / sizeof write_cases[0]));
+}
+
+static int cmd_cache_gather(const options *o, const plan *p)
+{
+    return run_cache_cases(o, p, gather_cases, (int)(sizeof gather_cases / sizeof gather_cases[0]));
+}
+
 static const struct command {
     const char *name;
     int (*run)(const options *o, const plan *p);
     bool per_backend; /* measures backends, so needs their FMA peaks first */
-} commands[] = {{"peak", cmd_peak, true}, {"convert", cmd_convert, true}, {"metadata", cmd_metadata, false}};
+} commands[] = {
+    {"peak", cmd_peak, true},
+    {"convert", cmd_convert, true},
+    {"metadata", cmd_metadata, false},
+    {"cache-write", cmd_cache_write, true},
+    {"cache-gather", cmd_cache_gather, true},
+};
 
 /* ---- arguments ------------------------------------------------------------------ */
 
@@ -682,11 +929,31 @@ static bool int_arg(int argc, char **argv, int *i, long long min, long long max,
     return true;
 }
 
+/* Reads the value after flag argv[*i] as a dtype name. */
+static bool dtype_arg(int argc, char **argv, int *i, int *out)
+{
+    const char *flag = argv[*i];
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "mla_bench: %s needs a value\n", flag);
+        return false;
+    }
+    const char *text = argv[++*i];
+    for (int d = 0; d < MLA_DTYPE_COUNT; d++) {
+        if (strcmp(text, mla_dtype_name((mla_dtype)d)) == 0) {
+            *out = d;
+            return true;
+        }
+    }
+    fprintf(stderr, "mla_bench: %s %s: expected f32, bf16, f16, fp8_e4m3 or fp8_e5m2\n", flag, text);
+    return false;
+}
+
 /* Fills o from argv (flags may come before or after the command). Returns -1
  * to go on, else the exit status: 0 after --help, 2 after a usage error. */
 static int parse_args(int argc, char **argv, options *o, const struct command **cmd)
 {
-    *o = (options){.reps = DEFAULT_REPS, .n = DEFAULT_N};
+    *o = (options){.reps = DEFAULT_REPS, .n = DEFAULT_N, .tokens = DEFAULT_TOKENS,
+                   .block_size = DEFAULT_BLOCK_SIZE, .cache_dtype = -1, .other_dtype = -1};
     *cmd = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -706,6 +973,16 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
         } else if (strcmp(a, "--n") == 0) {
             if ((ok = int_arg(argc, argv, &i, 1, MAX_N, &v)))
                 o->n = v;
+        } else if (strcmp(a, "--tokens") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v)))
+                o->tokens = v;
+        } else if (strcmp(a, "--block-size") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v)))
+                o->block_size = v;
+        } else if (strcmp(a, "--cache-dtype") == 0) {
+            ok = dtype_arg(argc, argv, &i, &o->cache_dtype);
+        } else if (strcmp(a, "--src-dtype") == 0) {
+            ok = dtype_arg(argc, argv, &i, &o->other_dtype);
         } else if (strcmp(a, "--backend") == 0) {
             if ((ok = i + 1 < argc))
                 o->backend = argv[++i];

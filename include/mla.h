@@ -149,7 +149,7 @@ MLA_API size_t mla_caps_format(mla_caps caps, char *buf, size_t size);
 
 /* Groups of operations that choose their backend independently. */
 typedef enum mla_op {
-    MLA_OP_CONVERT = 0, /* dtype conversions, vector exp                 */
+    MLA_OP_CONVERT = 0, /* dtype conversions, vector exp, cache ops      */
     MLA_OP_DECODE,      /* absorbed latent-attention decode               */
     MLA_OP_PREFILL,     /* split-KV prefill                               */
     MLA_OP_COUNT
@@ -184,6 +184,23 @@ typedef void (*mla_exp_f32_fn)(const float *src, float *dst, int64_t n);
  * backend's widest vectors; returns the FLOPs done and stores a value that
  * depends on all of them into *sink so the work cannot be elided. */
 typedef double (*mla_fma_probe_fn)(int64_t iters, float *sink);
+/* fp8 (e4m3fn: bias 7, largest 448, no infinities; e5m2: bias 15, largest
+ * 57344) with a scale, as KV caches store it. f32 -> fp8 stores
+ * saturate(x / scale): the quotient is one f32 division, rounded to nearest
+ * even; magnitudes beyond the largest finite value, infinities included,
+ * become the largest finite value (CUDA's satfinite); NaN becomes the quiet
+ * NaN code 0x7f (e4m3) or 0x7e (e5m2) with x's sign. fp8 -> f32 gives
+ * value * scale (one f32 multiply); fp8 NaNs widen to quiet f32 NaNs with the
+ * fp8 mantissa as the top payload bits, e5m2 infinities to infinities.
+ * scale 1 is the plain conversion. */
+typedef void (*mla_cvt_f32_fp8_fn)(const float *src, uint8_t *dst, int64_t n, float scale);
+typedef void (*mla_cvt_fp8_f32_fn)(const uint8_t *src, float *dst, int64_t n, float scale);
+/* Copies bytes; whole 64-byte lines of dst may be written with streaming
+ * (non-temporal) stores, which skip the read-for-ownership of lines that are
+ * about to be overwritten. Call store_fence before other threads read dst. */
+typedef void (*mla_copy_stream_fn)(void *dst, const void *src, int64_t bytes);
+/* Orders the calling thread's streaming stores before its later stores. */
+typedef void (*mla_store_fence_fn)(void);
 
 typedef struct mla_kernels {
     mla_cvt_bf16_f32_fn cvt_bf16_f32;
@@ -192,6 +209,12 @@ typedef struct mla_kernels {
     mla_cvt_f32_f16_fn cvt_f32_f16;
     mla_exp_f32_fn exp_f32;
     mla_fma_probe_fn fma_probe;
+    mla_cvt_f32_fp8_fn cvt_f32_e4m3;
+    mla_cvt_fp8_f32_fn cvt_e4m3_f32;
+    mla_cvt_f32_fp8_fn cvt_f32_e5m2;
+    mla_cvt_fp8_f32_fn cvt_e5m2_f32;
+    mla_copy_stream_fn copy_stream;
+    mla_store_fence_fn store_fence;
 } mla_kernels;
 
 #define MLA_MAX_HEAD_DIMS 4
@@ -270,10 +293,18 @@ MLA_API int mla_default_threads(void);
 /* Element-wise ops (through the MLA_OP_CONVERT backend)                      */
 /* ------------------------------------------------------------------------ */
 
-/* dst[i] = convert(src[i]) for i < n. threads <= 0: mla_default_threads().
- * src and dst must not overlap. n == 0 is valid and writes nothing. */
+/* dst[i] = convert(src[i]) for i < n, between f32 and any of bf16, f16,
+ * fp8_e4m3, fp8_e5m2 (either way; rounding as the mla_cvt_*_fn types say).
+ * threads <= 0: mla_default_threads(). src and dst must not overlap. n == 0
+ * is valid and writes nothing. */
 MLA_API mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
                                int64_t n, int threads);
+
+/* mla_convert with an fp8 scale: f32 -> fp8 stores saturate(x / scale),
+ * fp8 -> f32 gives x * scale. scale must be finite and > 0, and 1 for pairs
+ * without an fp8 side. */
+MLA_API mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype,
+                                      const void *src, int64_t n, float scale, int threads);
 
 /* dst[i] = e^src[i] (within 1 ulp; e^-inf = 0, e^+inf = inf, NaN stays NaN).
  * dst may equal src. */
@@ -434,6 +465,70 @@ MLA_API mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_r
 MLA_API mla_status mla_kv_cache_shape(int64_t num_blocks, int64_t block_size, int64_t width,
                                       mla_dtype dtype, int64_t shape[3], int64_t *bytes,
                                       int64_t *alignment);
+
+/* ------------------------------------------------------------------------ */
+/* Paged latent KV cache ops (SPEC §3), through the MLA_OP_CONVERT backend   */
+/* ------------------------------------------------------------------------ */
+
+/* One layer's paged cache [num_blocks, block_size, width]: row (blk, off)
+ * starts at element blk * block_stride + off * entry_stride of data (strides
+ * in elements; 0 means dense: entry_stride = width, block_stride =
+ * block_size * entry_stride). Rows must not overlap: entry_stride >= width
+ * and, with more than one block, block_stride >= block_size * entry_stride. */
+typedef struct mla_kv_cache {
+    void *data;
+    mla_dtype dtype;
+    int64_t num_blocks, block_size, width;
+    int64_t block_stride, entry_stride;
+    float scale; /* fp8 caches: stored = saturate(x / scale); read back x * scale.
+                    Finite and > 0; ignored for other dtypes. */
+} mla_kv_cache;
+
+/* concat_and_cache_mla (SPEC §3.1): for t < num_tokens with
+ * slot = slot_mapping[t] >= 0, row (slot / block_size, slot % block_size) of
+ * the cache = [kv_c[t, 0:L], k_pe[t, 0:R]] converted to the cache dtype
+ * (fp8: with the cache's scale). kv_c and k_pe have src_dtype (f32, bf16 or
+ * f16) and row strides in elements; L + R must equal the cache width
+ * (k_pe may be NULL when R = 0). Negative slots are skipped (padding); a slot
+ * at or past num_blocks * block_size fails before anything is written. Slots
+ * must be distinct (a row written twice in one call holds an unspecified mix).
+ * threads <= 0: mla_default_threads(). */
+MLA_API mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c,
+                                        int64_t kv_c_stride, const void *k_pe, int64_t k_pe_stride,
+                                        mla_dtype src_dtype, int64_t kv_lora_rank, int64_t rope_dim,
+                                        const int64_t *slot_mapping, int64_t num_tokens,
+                                        int threads);
+
+/* Paged rows of requests -> contiguous workspace rows. block_table is
+ * [num_reqs, block_table_cols] int32 (row stride block_table_cols);
+ * cu_seq_lens [num_reqs + 1] gives each request's rows of dst; seq_starts
+ * [num_reqs] (NULL: all 0) is the position of a request's first row. */
+typedef struct mla_gather_spec {
+    const int32_t *block_table;
+    int64_t block_table_cols;
+    int64_t num_reqs;
+    const int32_t *cu_seq_lens;
+    const int32_t *seq_starts;
+} mla_gather_spec;
+
+/* gather_and_maybe_dequant_cache (SPEC §3.2): for each dst row
+ * t < num_tokens, r = token_to_seq[t]; rows with t >= cu_seq_lens[r+1] are
+ * skipped (left as they are); else pos = t - cu_seq_lens[r] + seq_starts[r]
+ * and dst[t] = cache row (block_table[r][pos / bs], pos % bs) converted to
+ * dst_dtype (f32, bf16 or f16; fp8 caches are multiplied by their scale).
+ * dst rows hold the cache width, row stride dst_stride elements. Every index
+ * is checked before the first write (r in range, t >= cu_seq_lens[r], block
+ * column and block id in range). */
+MLA_API mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec,
+                                    const int32_t *token_to_seq, int64_t num_tokens, void *dst,
+                                    mla_dtype dst_dtype, int64_t dst_stride, int threads);
+
+/* cp_gather_cache (SPEC §3.3): rows cu_seq_lens[b] .. cu_seq_lens[b+1]-1 of
+ * dst get positions seq_starts[b] + 0, 1, ... of request b, copied byte for
+ * byte (dst has the cache dtype; row stride dst_stride elements).
+ * cu_seq_lens must be non-decreasing from cu_seq_lens[0] >= 0. */
+MLA_API mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec,
+                                       void *dst, int64_t dst_stride, int threads);
 
 /* Whether every backend that would run decode and prefill for cfg accepts
  * cfg->block_size (vLLM's MultipleOf rule); *required_multiple gets the

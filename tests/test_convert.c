@@ -4,6 +4,7 @@
  * way (nearest representable value by search, ties to the even code), not
  * from the ref kernels, so ref is tested too.
  */
+#include "oracle.h"
 #include "support.h"
 
 #include <float.h>
@@ -11,88 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- oracles ---------------------------------------------------------------- */
-
-/* A 16-bit float format: f16 (5 exponent bits, 10 mantissa) or bf16 (8, 7). */
-typedef struct format16 {
-    const char *name;
-    mla_dtype dtype;
-    int exp_bits, man_bits;
-} format16;
-
-static const format16 F16 = {"f16", MLA_DTYPE_F16, 5, 10};
-static const format16 BF16 = {"bf16", MLA_DTYPE_BF16, 8, 7};
-
-static uint16_t inf_code(const format16 *f)
-{
-    return (uint16_t)(((1u << f->exp_bits) - 1u) << f->man_bits);
-}
-
-/* Magnitude of a non-negative code, reading the infinity code as the next
- * power of two after the largest finite value (where rounding ties to it). */
-static double code_value(const format16 *f, uint16_t code)
-{
-    int bias = (1 << (f->exp_bits - 1)) - 1;
-    int e = code >> f->man_bits;
-    double m = code & ((1u << f->man_bits) - 1u);
-    if (e == 0)
-        return ldexp(m, 1 - bias - f->man_bits);
-    return ldexp(1.0 + m / (double)(1u << f->man_bits), e - bias);
-}
-
-static uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float f32_from(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* f32 -> 16-bit code, round to nearest, ties to even; NaN quieted. */
-static uint16_t oracle_narrow(const format16 *f, float x)
-{
-    uint32_t u = f32_bits(x);
-    uint16_t sign = (uint16_t)((u >> 31) << 15);
-    if (isnan(x)) /* keep the top payload bits, set the quiet bit */
-        return (uint16_t)(sign | inf_code(f) | (1u << (f->man_bits - 1)) |
-                          ((u & 0x7fffffu) >> (23 - f->man_bits)));
-    double a = fabs((double)x);
-    if (a >= code_value(f, inf_code(f)))
-        return (uint16_t)(sign | inf_code(f));
-    uint16_t lo = 0, hi = inf_code(f); /* value(lo) <= a < value(hi) */
-    while (hi - lo > 1) {
-        uint16_t mid = (uint16_t)((lo + hi) / 2);
-        if (code_value(f, mid) <= a)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    double below = a - code_value(f, lo), above = code_value(f, hi) - a;
-    uint16_t pick = below < above ? lo : above < below ? hi : (lo & 1u) ? hi : lo;
-    return (uint16_t)(sign | pick);
-}
-
-/* 16-bit code -> f32: exact; f16 NaNs come back quiet, bf16 NaNs unchanged. */
-static uint32_t oracle_widen(const format16 *f, uint16_t code)
-{
-    uint32_t sign = (uint32_t)(code >> 15) << 31;
-    uint16_t mag = code & 0x7fffu;
-    if (mag > inf_code(f)) {
-        uint32_t payload = (uint32_t)(mag & ((1u << f->man_bits) - 1u)) << (23 - f->man_bits);
-        uint32_t quiet = f->dtype == MLA_DTYPE_F16 ? 0x400000u : 0;
-        return sign | 0x7f800000u | quiet | payload;
-    }
-    if (mag == inf_code(f))
-        return sign | 0x7f800000u;
-    return sign | f32_bits((float)code_value(f, mag));
-}
 
 /* ---- inputs --------------------------------------------------------------- */
 
@@ -108,11 +27,11 @@ static float *boundary_inputs(const format16 *f, int64_t *count)
         0x33000000, 0x33000001, 0x32ffffff, 0x337fffff, 0x33800000, 0x7f7f8000, 0x7f7f7fff,
     };
     enum { RANDOM = 1 << 18 };
-    int64_t codes = inf_code(f), n = 0;
+    int64_t codes = oracle_inf_code16(f), n = 0;
     int64_t cap = codes * 8 + (int64_t)(sizeof specials / sizeof specials[0]) + RANDOM;
     float *x = malloc((size_t)cap * sizeof *x);
     for (int64_t c = 0; c < codes; c++) {
-        double v = code_value(f, (uint16_t)c), mid = (v + code_value(f, (uint16_t)(c + 1))) / 2;
+        double v = oracle_value16(f, (uint16_t)c), mid = (v + oracle_value16(f, (uint16_t)(c + 1))) / 2;
         float m = (float)mid; /* exact: f32 has more mantissa bits */
         float xs[4] = {(float)v, m, nextafterf(m, 0.0f), nextafterf(m, INFINITY)};
         for (int k = 0; k < 4; k++) {
@@ -121,9 +40,9 @@ static float *boundary_inputs(const format16 *f, int64_t *count)
         }
     }
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
-        x[n++] = f32_from(specials[i]);
+        x[n++] = oracle_f32_from(specials[i]);
     for (int i = 0; i < RANDOM; i++)
-        x[n++] = f32_from((uint32_t)support_random());
+        x[n++] = oracle_f32_from((uint32_t)support_random());
     *count = n;
     return x;
 }
@@ -142,9 +61,9 @@ static void check_narrow(const format16 *f, const char *backend)
         assert_int_equal(mla_convert(f->dtype, got, MLA_DTYPE_F32, x, n, threads), MLA_OK);
         assert_string_equal(mla_last_backend(), backend);
         for (int64_t i = 0; i < n; i++) {
-            uint16_t want = oracle_narrow(f, x[i]);
+            uint16_t want = oracle_narrow16(f, x[i]);
             if (got[i] != want)
-                fail_msg("%s: f32 0x%08x -> %s: got 0x%04x, want 0x%04x", backend, f32_bits(x[i]),
+                fail_msg("%s: f32 0x%08x -> %s: got 0x%04x, want 0x%04x", backend, oracle_f32_bits(x[i]),
                          f->name, got[i], want);
         }
     }
@@ -162,10 +81,10 @@ static void check_widen(const format16 *f, const char *backend)
     assert_int_equal(mla_convert(MLA_DTYPE_F32, got, f->dtype, codes, N, 1), MLA_OK);
     assert_string_equal(mla_last_backend(), backend);
     for (int i = 0; i < N; i++) {
-        uint32_t want = oracle_widen(f, (uint16_t)i);
-        if (f32_bits(got[i]) != want)
+        uint32_t want = oracle_widen16(f, (uint16_t)i);
+        if (oracle_f32_bits(got[i]) != want)
             fail_msg("%s: %s 0x%04x -> f32: got 0x%08x, want 0x%08x", backend, f->name, i,
-                     f32_bits(got[i]), want);
+                     oracle_f32_bits(got[i]), want);
     }
     free(got);
     free(codes);
@@ -180,7 +99,7 @@ static void check_tails(const format16 *f, const char *backend)
     uint16_t narrow[MAXN + 2 * GUARD], codes[MAXN + 1];
     for (int i = 0; i <= MAXN; i++) {
         src[i] = (float)(i - 30) * 1.37f;
-        codes[i] = oracle_narrow(f, src[i]);
+        codes[i] = oracle_narrow16(f, src[i]);
     }
     for (int off = 0; off < 2; off++) {
         for (int n = 0; n <= MAXN - off; n++) {
@@ -192,8 +111,117 @@ static void check_tails(const format16 *f, const char *backend)
             for (int i = 0; i < MAXN + 2 * GUARD; i++) {
                 bool inside = i >= GUARD && i < GUARD + n;
                 uint16_t want16 = inside ? codes[off + i - GUARD] : 0xabab;
-                uint32_t want32 = inside ? oracle_widen(f, codes[off + i - GUARD]) : 0xabababab;
-                if (narrow[i] != want16 || f32_bits(wide[i]) != want32)
+                uint32_t want32 = inside ? oracle_widen16(f, codes[off + i - GUARD]) : 0xabababab;
+                if (narrow[i] != want16 || oracle_f32_bits(wide[i]) != want32)
+                    fail_msg("%s %s n=%d off=%d: element %d wrong or guard touched", backend,
+                             f->name, n, off, i - GUARD);
+            }
+        }
+    }
+}
+
+/* Scales a KV cache might use: 1, powers of two, and inexact ones whose
+ * quotients land between the representable boundaries. */
+static const float fp8_scales[] = {1.0f, 0.25f, 4.0f, 0.0173f, 3.7f, 1e-3f, 448.0f / 3.0f};
+#define FP8_SCALES (int)(sizeof fp8_scales / sizeof fp8_scales[0])
+
+/* x near every rounding boundary of the format after division by scale:
+ * each code's value and each midpoint times scale, +-2 floats around it,
+ * both signs; then values around saturation, specials and random bits. */
+static float *fp8_inputs(const format8 *f, float scale, int64_t *count)
+{
+    static const uint32_t specials[] = {
+        0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000, 0x7f800001,
+        0xff812345, 0x00000001, 0x807fffff, 0x00800000, 0x7f7fffff, 0xff7fffff,
+    };
+    enum { RANDOM = 1 << 16, AROUND = 5 };
+    int64_t cap = (int64_t)(f->max_code + 2) * 2 * AROUND * 2 + 64 + RANDOM;
+    float *x = malloc((size_t)cap * sizeof *x);
+    int64_t n = 0;
+    double top = oracle_fp8_value(f, f->max_code);
+    for (int c = 0; c <= f->max_code + 1; c++) {
+        /* past the largest code: the midpoint to where the next one would be */
+        double v = c <= f->max_code ? oracle_fp8_value(f, (uint8_t)c) : top * 1.0625;
+        double next = c < f->max_code ? oracle_fp8_value(f, (uint8_t)(c + 1)) : top * 1.125;
+        double points[2] = {v, (v + next) / 2};
+        for (int p = 0; p < 2; p++) {
+            float at = (float)(points[p] * (double)scale);
+            float lo = nextafterf(nextafterf(at, 0.0f), 0.0f);
+            for (int k = 0; k < AROUND; k++, lo = nextafterf(lo, INFINITY)) {
+                x[n++] = lo;
+                x[n++] = -lo;
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        x[n++] = oracle_f32_from(specials[i]);
+    for (int i = 0; i < RANDOM; i++)
+        x[n++] = oracle_f32_from((uint32_t)support_random());
+    *count = n;
+    return x;
+}
+
+static void check_fp8(const format8 *f, const char *backend)
+{
+    uint8_t codes[256];
+    float wide[256];
+    for (int i = 0; i < 256; i++)
+        codes[i] = (uint8_t)i;
+    for (int si = 0; si < FP8_SCALES; si++) {
+        float scale = fp8_scales[si];
+        /* every code widens exactly */
+        assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, wide, f->dtype, codes, 256, scale, 1), MLA_OK);
+        assert_string_equal(mla_last_backend(), backend);
+        for (int i = 0; i < 256; i++) {
+            uint32_t want = oracle_fp8_widen(f, (uint8_t)i, scale);
+            if (oracle_f32_bits(wide[i]) != want)
+                fail_msg("%s: %s 0x%02x * %g -> f32: got 0x%08x, want 0x%08x", backend, f->name,
+                         i, (double)scale, oracle_f32_bits(wide[i]), want);
+        }
+        /* every boundary narrows to the nearest even code, threads or not */
+        int64_t n;
+        float *x = fp8_inputs(f, scale, &n);
+        uint8_t *got = malloc((size_t)n);
+        for (int threads = 1; threads <= 2; threads++) {
+            memset(got, 0xab, (size_t)n);
+            assert_int_equal(mla_convert_scaled(f->dtype, got, MLA_DTYPE_F32, x, n, scale, threads), MLA_OK);
+            for (int64_t i = 0; i < n; i++) {
+                uint8_t want = oracle_fp8_narrow(f, x[i], scale);
+                if (got[i] != want)
+                    fail_msg("%s: f32 0x%08x / %g -> %s: got 0x%02x, want 0x%02x", backend,
+                             oracle_f32_bits(x[i]), (double)scale, f->name, got[i], want);
+            }
+        }
+        free(got);
+        free(x);
+    }
+}
+
+/* fp8 bodies and tails: lengths 0..67 at two alignments, guards untouched. */
+static void check_fp8_tails(const format8 *f, const char *backend)
+{
+    enum { MAXN = 67, GUARD = 16 };
+    const float scale = 0.37f;
+    float src[MAXN + 1], wide[MAXN + 2 * GUARD];
+    uint8_t narrow[MAXN + 2 * GUARD], codes[MAXN + 1];
+    for (int i = 0; i <= MAXN; i++) {
+        src[i] = (float)(i - 30) * 3.3f;
+        codes[i] = (uint8_t)(i * 37 + 11);
+    }
+    for (int off = 0; off < 2; off++) {
+        for (int n = 0; n <= MAXN - off; n++) {
+            memset(narrow, 0xab, sizeof narrow);
+            memset(wide, 0xab, sizeof wide);
+            assert_int_equal(mla_convert_scaled(f->dtype, narrow + GUARD, MLA_DTYPE_F32, src + off,
+                                                n, scale, 1), MLA_OK);
+            assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, wide + GUARD, f->dtype, codes + off,
+                                                n, scale, 1), MLA_OK);
+            assert_string_equal(mla_last_backend(), backend);
+            for (int i = 0; i < MAXN + 2 * GUARD; i++) {
+                bool inside = i >= GUARD && i < GUARD + n;
+                uint8_t want8 = inside ? oracle_fp8_narrow(f, src[off + i - GUARD], scale) : 0xab;
+                uint32_t want32 = inside ? oracle_fp8_widen(f, codes[off + i - GUARD], scale) : 0xabababab;
+                if (narrow[i] != want8 || oracle_f32_bits(wide[i]) != want32)
                     fail_msg("%s %s n=%d off=%d: element %d wrong or guard touched", backend,
                              f->name, n, off, i - GUARD);
             }
@@ -257,15 +285,19 @@ static void test_every_backend(void **state)
         if (!support_force_convert_backend(i))
             continue;
         const char *name = mla_backend_at(i)->name;
-        check_widen(&BF16, name);
-        check_widen(&F16, name);
-        check_narrow(&BF16, name);
-        check_narrow(&F16, name);
-        check_tails(&BF16, name);
-        check_tails(&F16, name);
+        check_widen(&ORACLE_BF16, name);
+        check_widen(&ORACLE_F16, name);
+        check_narrow(&ORACLE_BF16, name);
+        check_narrow(&ORACLE_F16, name);
+        check_tails(&ORACLE_BF16, name);
+        check_tails(&ORACLE_F16, name);
+        check_fp8(&ORACLE_E4M3, name);
+        check_fp8(&ORACLE_E5M2, name);
+        check_fp8_tails(&ORACLE_E4M3, name);
+        check_fp8_tails(&ORACLE_E5M2, name);
         check_exp(name);
         checked_backends++;
-        print_message("[ BACKEND  ] %s: conversions bit-exact, exp within 1 ulp\n", name);
+        print_message("[ BACKEND  ] %s: bf16/f16/fp8 conversions bit-exact, exp within 1 ulp\n", name);
     }
     mla_force_backend(MLA_OP_CONVERT, NULL);
     assert_true(checked_backends >= 1); /* ref always runs */
@@ -286,7 +318,16 @@ static void test_bad_input(void **state)
     assert_int_equal(mla_convert(MLA_DTYPE_BF16, h, MLA_DTYPE_F32, NULL, 8, 1), MLA_ERR_INVALID_ARGUMENT);
     assert_int_equal(mla_convert(MLA_DTYPE_F16, h, MLA_DTYPE_BF16, h, 4, 1), MLA_ERR_UNSUPPORTED);
     assert_true(support_contains(mla_last_error(), "bf16 -> f16 not supported"));
-    assert_int_equal(mla_convert(MLA_DTYPE_FP8_E4M3, h, MLA_DTYPE_F32, src, 4, 1), MLA_ERR_UNSUPPORTED);
+    assert_int_equal(mla_convert(MLA_DTYPE_FP8_E4M3, h, MLA_DTYPE_BF16, src, 4, 1), MLA_ERR_UNSUPPORTED);
+    static const float bad_scales[] = {0.0f, -1.0f, INFINITY, NAN, -0.0f};
+    for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++) {
+        assert_int_equal(mla_convert_scaled(MLA_DTYPE_FP8_E4M3, h, MLA_DTYPE_F32, src, 4, bad_scales[i], 1),
+                         MLA_ERR_INVALID_ARGUMENT);
+        assert_true(support_contains(mla_last_error(), "is not finite and > 0"));
+    }
+    assert_int_equal(mla_convert_scaled(MLA_DTYPE_BF16, h, MLA_DTYPE_F32, src, 4, 2.0f, 1),
+                     MLA_ERR_INVALID_ARGUMENT);
+    assert_true(support_contains(mla_last_error(), "only fp8 conversions are scaled"));
     assert_int_equal(mla_convert(MLA_DTYPE_BF16, (uint16_t *)src + 2, MLA_DTYPE_F32, src, 4, 1),
                      MLA_ERR_INVALID_ARGUMENT);
     assert_true(support_contains(mla_last_error(), "overlap"));
@@ -297,7 +338,7 @@ static void test_bad_input(void **state)
     assert_int_equal(mla_exp_f32(dst, src, INT64_MAX / 2, 1), MLA_ERR_OVERFLOW);
     for (int i = 0; i < 8; i++) { /* nothing was written */
         assert_int_equal(h[i], 0x5a5a);
-        assert_int_equal(f32_bits(dst[i]), 0x5a5a5a5au);
+        assert_int_equal(oracle_f32_bits(dst[i]), 0x5a5a5a5au);
     }
     assert_true(src[0] == 1.0f && src[7] == 8.0f);
     /* n == 0 with NULL pointers is a no-op */

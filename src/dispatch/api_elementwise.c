@@ -3,6 +3,7 @@
 #include "error.h"
 #include "kernels/common/elementwise.h"
 
+#include <float.h>
 #include <stdint.h>
 
 /* True if [a, a+an) and [b, b+bn) share a byte. */
@@ -12,37 +13,67 @@ static bool overlaps(const void *a, int64_t an, const void *b, int64_t bn)
     return pa < pb + (uintptr_t)bn && pb < pa + (uintptr_t)an;
 }
 
-static mla_status run(mla_elementwise_kind kind, void *dst, const void *src, int64_t n, int threads)
+static mla_status run(mla_elementwise_kind kind, void *dst, const void *src, int64_t n, float scale,
+                      int threads)
 {
     const mla_kernels *k;
     const char *backend;
     mla_status st = mla_dispatch(MLA_OP_CONVERT, NULL, &k, &backend);
     if (st != MLA_OK)
         return st;
-    mla_elementwise(k, kind, dst, src, n, threads > 0 ? threads : mla_default_threads());
+    mla_elementwise(k, kind, dst, src, n, scale, threads > 0 ? threads : mla_default_threads());
     mla_note_backend(backend);
     return MLA_OK;
 }
 
-mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
-                       int64_t n, int threads)
+/* The kernel converting src_dtype to dst_dtype; false if there is none. */
+static bool conversion_kind(mla_dtype dst_dtype, mla_dtype src_dtype, mla_elementwise_kind *kind)
+{
+    static const struct {
+        mla_dtype src, dst;
+        mla_elementwise_kind kind;
+    } pairs[] = {
+        {MLA_DTYPE_BF16, MLA_DTYPE_F32, MLA_EW_CVT_BF16_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_EW_CVT_F32_BF16},
+        {MLA_DTYPE_F16, MLA_DTYPE_F32, MLA_EW_CVT_F16_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_F16, MLA_EW_CVT_F32_F16},
+        {MLA_DTYPE_FP8_E4M3, MLA_DTYPE_F32, MLA_EW_CVT_E4M3_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_FP8_E4M3, MLA_EW_CVT_F32_E4M3},
+        {MLA_DTYPE_FP8_E5M2, MLA_DTYPE_F32, MLA_EW_CVT_E5M2_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_FP8_E5M2, MLA_EW_CVT_F32_E5M2},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        if (pairs[i].src == src_dtype && pairs[i].dst == dst_dtype) {
+            *kind = pairs[i].kind;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool is_fp8(mla_dtype dtype)
+{
+    return dtype == MLA_DTYPE_FP8_E4M3 || dtype == MLA_DTYPE_FP8_E5M2;
+}
+
+mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
+                              int64_t n, float scale, int threads)
 {
     if (n < 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: n = %lld < 0", (long long)n);
     if (n > 0 && (!dst || !src))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: NULL %s", dst ? "src" : "dst");
     mla_elementwise_kind kind;
-    if (src_dtype == MLA_DTYPE_BF16 && dst_dtype == MLA_DTYPE_F32)
-        kind = MLA_EW_CVT_BF16_F32;
-    else if (src_dtype == MLA_DTYPE_F32 && dst_dtype == MLA_DTYPE_BF16)
-        kind = MLA_EW_CVT_F32_BF16;
-    else if (src_dtype == MLA_DTYPE_F16 && dst_dtype == MLA_DTYPE_F32)
-        kind = MLA_EW_CVT_F16_F32;
-    else if (src_dtype == MLA_DTYPE_F32 && dst_dtype == MLA_DTYPE_F16)
-        kind = MLA_EW_CVT_F32_F16;
-    else
+    if (!conversion_kind(dst_dtype, src_dtype, &kind))
         return mla_fail(MLA_ERR_UNSUPPORTED, "mla_convert: %s -> %s not supported "
-                        "(supported: bf16 <-> f32, f16 <-> f32)",
+                        "(supported: f32 <-> bf16, f16, fp8_e4m3, fp8_e5m2)",
+                        mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
+    if (!(scale > 0.0f && scale <= FLT_MAX))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: scale %g is not finite and > 0",
+                        (double)scale);
+    if (scale != 1.0f && !is_fp8(src_dtype) && !is_fp8(dst_dtype))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: scale %g given for %s -> %s "
+                        "(only fp8 conversions are scaled)", (double)scale,
                         mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
     int64_t src_bytes, dst_bytes;
     if (!mla_mul_size(n, mla_dtype_size(src_dtype), &src_bytes) ||
@@ -50,7 +81,13 @@ mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, cons
         return mla_fail(MLA_ERR_OVERFLOW, "mla_convert: n = %lld elements overflows", (long long)n);
     if (n > 0 && overlaps(dst, dst_bytes, src, src_bytes))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: src and dst overlap");
-    return run(kind, dst, src, n, threads);
+    return run(kind, dst, src, n, scale, threads);
+}
+
+mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
+                       int64_t n, int threads)
+{
+    return mla_convert_scaled(dst_dtype, dst, src_dtype, src, n, 1.0f, threads);
 }
 
 mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads)
@@ -65,5 +102,5 @@ mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads)
     /* in place is fine (each lane reads before it writes); partial overlap is not */
     if (n > 0 && dst != src && overlaps(dst, bytes, src, bytes))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_exp_f32: src and dst partially overlap");
-    return run(MLA_EW_EXP_F32, dst, src, n, threads);
+    return run(MLA_EW_EXP_F32, dst, src, n, 1.0f, threads);
 }

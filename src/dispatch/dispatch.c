@@ -98,6 +98,12 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     k->cvt_f32_f16 = k->cvt_f32_f16 ? k->cvt_f32_f16 : ref.cvt_f32_f16;
     k->exp_f32 = k->exp_f32 ? k->exp_f32 : ref.exp_f32;
     k->fma_probe = k->fma_probe ? k->fma_probe : ref.fma_probe;
+    k->cvt_f32_e4m3 = k->cvt_f32_e4m3 ? k->cvt_f32_e4m3 : ref.cvt_f32_e4m3;
+    k->cvt_e4m3_f32 = k->cvt_e4m3_f32 ? k->cvt_e4m3_f32 : ref.cvt_e4m3_f32;
+    k->cvt_f32_e5m2 = k->cvt_f32_e5m2 ? k->cvt_f32_e5m2 : ref.cvt_f32_e5m2;
+    k->cvt_e5m2_f32 = k->cvt_e5m2_f32 ? k->cvt_e5m2_f32 : ref.cvt_e5m2_f32;
+    k->copy_stream = k->copy_stream ? k->copy_stream : ref.copy_stream;
+    k->store_fence = k->store_fence ? k->store_fence : ref.store_fence;
 }
 
 /* A descriptor points at its entry's own name and isa arrays, so entries

@@ -14,7 +14,13 @@
     void mla_cvt_f16_f32__##isa(const uint16_t *src, float *dst, int64_t n);          \
     void mla_cvt_f32_f16__##isa(const float *src, uint16_t *dst, int64_t n);          \
     void mla_exp_f32__##isa(const float *src, float *dst, int64_t n);                 \
-    double mla_fma_probe_f32__##isa(int64_t iters, float *sink);
+    double mla_fma_probe_f32__##isa(int64_t iters, float *sink);                      \
+    void mla_cvt_f32_e4m3__##isa(const float *src, uint8_t *dst, int64_t n, float scale); \
+    void mla_cvt_e4m3_f32__##isa(const uint8_t *src, float *dst, int64_t n, float scale); \
+    void mla_cvt_f32_e5m2__##isa(const float *src, uint8_t *dst, int64_t n, float scale); \
+    void mla_cvt_e5m2_f32__##isa(const uint8_t *src, float *dst, int64_t n, float scale); \
+    void mla_copy_stream__##isa(void *dst, const void *src, int64_t bytes);                \
+    void mla_store_fence__##isa(void);
 
 MLA_DECLARE_KERNELS(ref)
 #if defined(__x86_64__)
@@ -30,6 +36,9 @@ MLA_DECLARE_KERNELS(neon)
         .cvt_bf16_f32 = mla_cvt_bf16_f32__##isa, .cvt_f32_bf16 = mla_cvt_f32_bf16__##isa, \
         .cvt_f16_f32 = mla_cvt_f16_f32__##isa, .cvt_f32_f16 = mla_cvt_f32_f16__##isa,     \
         .exp_f32 = mla_exp_f32__##isa, .fma_probe = mla_fma_probe_f32__##isa,            \
+        .cvt_f32_e4m3 = mla_cvt_f32_e4m3__##isa, .cvt_e4m3_f32 = mla_cvt_e4m3_f32__##isa, \
+        .cvt_f32_e5m2 = mla_cvt_f32_e5m2__##isa, .cvt_e5m2_f32 = mla_cvt_e5m2_f32__##isa, \
+        .copy_stream = mla_copy_stream__##isa, .store_fence = mla_store_fence__##isa,     \
     }
 
 #endif

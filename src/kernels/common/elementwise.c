@@ -9,7 +9,7 @@
 #define CHUNK_ALIGN 64
 
 static void run_range(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
-                      int64_t begin, int64_t end)
+                      int64_t begin, int64_t end, float scale)
 {
     int64_t n = end - begin;
     switch (kind) {
@@ -25,6 +25,18 @@ static void run_range(const mla_kernels *k, mla_elementwise_kind kind, void *dst
     case MLA_EW_CVT_F32_F16:
         k->cvt_f32_f16((const float *)src + begin, (uint16_t *)dst + begin, n);
         break;
+    case MLA_EW_CVT_F32_E4M3:
+        k->cvt_f32_e4m3((const float *)src + begin, (uint8_t *)dst + begin, n, scale);
+        break;
+    case MLA_EW_CVT_E4M3_F32:
+        k->cvt_e4m3_f32((const uint8_t *)src + begin, (float *)dst + begin, n, scale);
+        break;
+    case MLA_EW_CVT_F32_E5M2:
+        k->cvt_f32_e5m2((const float *)src + begin, (uint8_t *)dst + begin, n, scale);
+        break;
+    case MLA_EW_CVT_E5M2_F32:
+        k->cvt_e5m2_f32((const uint8_t *)src + begin, (float *)dst + begin, n, scale);
+        break;
     case MLA_EW_EXP_F32:
         k->exp_f32((const float *)src + begin, (float *)dst + begin, n);
         break;
@@ -32,12 +44,12 @@ static void run_range(const mla_kernels *k, mla_elementwise_kind kind, void *dst
 }
 
 void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
-                     int64_t n, int threads)
+                     int64_t n, float scale, int threads)
 {
     int64_t useful = n / MIN_ELEMENTS_PER_THREAD;
     int nt = useful < threads ? (int)useful : threads;
     if (nt <= 1) {
-        run_range(k, kind, dst, src, 0, n);
+        run_range(k, kind, dst, src, 0, n, scale);
         return;
     }
     int64_t per = (n + nt - 1) / nt;
@@ -47,6 +59,6 @@ void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst,
         int64_t begin = (int64_t)t * per;
         int64_t end = begin + per < n ? begin + per : n;
         if (begin < end)
-            run_range(k, kind, dst, src, begin, end);
+            run_range(k, kind, dst, src, begin, end, scale);
     }
 }

@@ -4,27 +4,12 @@
  * f16, kept as-is for bf16 -> f32, which is a pure bit shift); infinities and
  * denormals are kept; overflow rounds to infinity.
  */
+#include "bits.h"
 #include "kernels/kernels.h"
-
-#include <string.h>
-
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static inline uint16_t f32_to_bf16(float f)
 {
-    uint32_t x = f32_bits(f);
+    uint32_t x = mla_f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((x >> 16) | 0x0040u); /* quiet the NaN */
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
@@ -32,7 +17,7 @@ static inline uint16_t f32_to_bf16(float f)
 
 static inline uint16_t f32_to_f16(float f)
 {
-    uint32_t x = f32_bits(f);
+    uint32_t x = mla_f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
     if (ax > 0x7f800000u) /* NaN: quiet it, keep the top payload bits */
@@ -58,17 +43,17 @@ static inline float f16_to_f32(uint16_t h)
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     if (e == 0x1f) /* infinity, or NaN made quiet as the hardware does */
-        return f32_from_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+        return mla_f32_from_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
     if (e != 0)
-        return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+        return mla_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
     float mag = (float)m * 0x1p-24f; /* denormal or zero: exact */
-    return f32_from_bits(sign | f32_bits(mag));
+    return mla_f32_from_bits(sign | mla_f32_bits(mag));
 }
 
 void mla_cvt_bf16_f32__ref(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = f32_from_bits((uint32_t)src[i] << 16);
+        dst[i] = mla_f32_from_bits((uint32_t)src[i] << 16);
 }
 
 void mla_cvt_f32_bf16__ref(const float *src, uint16_t *dst, int64_t n)

@@ -1,0 +1,92 @@
+/* AVX-512 fp8 conversions with a scale, bit-exact with the ref kernels;
+ * avx2/fp8.c explains the method. Masks do the blends and the tails. */
+#include "kernels/fp8_format.h"
+#include "kernels/kernels.h"
+
+#include "util.h"
+
+/* 16 quotients -> 16 fp8 codes, one per 32-bit lane. */
+static inline __m512i round_to_fp8(const mla_fp8_format *c, __m512 q)
+{
+    const __m512i x = _mm512_castps_si512(q);
+    const __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    /* saturate first: the largest finite value rounds to its own code */
+    const __m512i a = _mm512_min_epu32(abs, _mm512_set1_epi32(c->max_bits));
+    const int shift = 23 - c->man_bits;
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), _mm512_set1_epi32(1));
+    const __m512i biased = _mm512_add_epi32(a, _mm512_set1_epi32((int32_t)mla_fp8_round_bias(c)));
+    const __m512i normal = _mm512_srli_epi32(_mm512_add_epi32(biased, lsb), shift);
+    const __m512 magic = _mm512_set1_ps(c->denormal_magic);
+    const __m512i denormal = _mm512_sub_epi32(
+        _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), magic)), _mm512_castps_si512(magic));
+    __m512i code = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(c->min_normal)),
+                                           normal, denormal);
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000)),
+                                 _mm512_set1_epi32(c->nan_code));
+    /* code | (x >> 24 & 0x80): the sign */
+    return _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(x, 24), _mm512_set1_epi32(0x80), 0xf8);
+}
+
+static inline void narrow(const mla_fp8_format *c, const float *src, uint8_t *dst, int64_t n, float scale)
+{
+    float inv;
+    const bool multiply = mla_fp8_exact_reciprocal(scale, &inv);
+    const __m512 s = _mm512_set1_ps(multiply ? inv : scale);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mla_tail_mask16(n - i);
+        /* masked-off lanes load 1.0f: no division faults or NaN work in them */
+        __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, src + i);
+        __m512 q = multiply ? _mm512_mul_ps(x, s) : _mm512_div_ps(x, s);
+        _mm_mask_storeu_epi8(dst + i, m, _mm512_cvtepi32_epi8(round_to_fp8(c, q)));
+    }
+}
+
+void mla_cvt_f32_e4m3__avx512(const float *src, uint8_t *dst, int64_t n, float scale)
+{
+    narrow(&MLA_FP8_E4M3, src, dst, n, scale);
+}
+
+void mla_cvt_f32_e5m2__avx512(const float *src, uint8_t *dst, int64_t n, float scale)
+{
+    narrow(&MLA_FP8_E5M2, src, dst, n, scale);
+}
+
+/* 16 e4m3 codes -> 16 floats times scale. The code's magnitude bits moved
+ * up 20 are an f32 of value 2^-120 times the e4m3 value, denormals included,
+ * so multiplying by 2^120 (exact) and then by scale rounds once. */
+static inline __m512 widen_e4m3(__m128i bytes, __m512 scale)
+{
+    const __m512i b = _mm512_cvtepu8_epi32(bytes);
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+    const __m512 low = _mm512_castsi512_ps(_mm512_slli_epi32(mag, 20));
+    __m512 v = _mm512_mul_ps(_mm512_mul_ps(low, _mm512_set1_ps(0x1p120f)), scale);
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7ff00000)));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+/* 16 e5m2 codes -> 16 floats (unscaled): each code is the high byte of an f16. */
+static inline __m512 widen_e5m2(__m128i bytes)
+{
+    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 8));
+}
+
+void mla_cvt_e4m3_f32__avx512(const uint8_t *src, float *dst, int64_t n, float scale)
+{
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mla_tail_mask16(n - i);
+        _mm512_mask_storeu_ps(dst + i, m, widen_e4m3(_mm_maskz_loadu_epi8(m, src + i), s));
+    }
+}
+
+void mla_cvt_e5m2_f32__avx512(const uint8_t *src, float *dst, int64_t n, float scale)
+{
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mla_tail_mask16(n - i);
+        __m512 v = widen_e5m2(_mm_maskz_loadu_epi8(m, src + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_mul_ps(v, s));
+    }
+}

@@ -1,0 +1,61 @@
+/* Double-precision oracles for number formats, written the plain way
+ * (nearest representable value by search, ties to the even code), not from
+ * the library's kernels, so ref is tested too. */
+#ifndef MLA_TEST_ORACLE_H
+#define MLA_TEST_ORACLE_H
+
+#include <mla.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A 16-bit float format: f16 (5 exponent bits, 10 mantissa) or bf16 (8, 7). */
+typedef struct format16 {
+    const char *name;
+    mla_dtype dtype;
+    int exp_bits, man_bits;
+} format16;
+
+extern const format16 ORACLE_F16, ORACLE_BF16;
+
+/* An fp8 format: e4m3fn (no infinities, NaN 0x7f) or e5m2 (IEEE-like). */
+typedef struct format8 {
+    const char *name;
+    mla_dtype dtype;
+    int exp_bits, man_bits;
+    uint8_t max_code, nan_code; /* largest finite; the NaN narrowing makes */
+} format8;
+
+extern const format8 ORACLE_E4M3, ORACLE_E5M2;
+
+uint32_t oracle_f32_bits(float x);
+float oracle_f32_from(uint32_t bits);
+
+/* The infinity code of a 16-bit format. */
+uint16_t oracle_inf_code16(const format16 *f);
+/* Magnitude of a non-negative code, reading the infinity code as the next
+ * power of two after the largest finite value (where rounding ties to it). */
+double oracle_value16(const format16 *f, uint16_t code);
+/* f32 -> 16-bit code, round to nearest, ties to even; NaN quieted. */
+uint16_t oracle_narrow16(const format16 *f, float x);
+/* 16-bit code -> f32 bits: exact; f16 NaNs come back quiet, bf16 NaNs unchanged. */
+uint32_t oracle_widen16(const format16 *f, uint16_t code);
+
+/* Magnitude of a finite non-negative fp8 code. */
+double oracle_fp8_value(const format8 *f, uint8_t code);
+/* f32 x -> fp8 of x / scale: the quotient rounded once to f32, then the
+ * nearest code, ties to even, saturating at the largest finite value. */
+uint8_t oracle_fp8_narrow(const format8 *f, float x, float scale);
+/* fp8 code -> f32 bits of value * scale, rounded once; NaNs quiet with the
+ * fp8 mantissa on top. */
+uint32_t oracle_fp8_widen(const format8 *f, uint8_t code, float scale);
+
+/* Element i of an array of any dtype, as f32 (fp8 times scale). */
+float oracle_load(mla_dtype dtype, const void *array, int64_t i, float scale);
+/* Stores x into element i of an array of any dtype (fp8: x / scale). */
+void oracle_store(mla_dtype dtype, void *array, int64_t i, float x, float scale);
+
+/* FNV-1a of n bytes: a checksum for "nothing was written". */
+uint64_t oracle_checksum(const void *p, size_t n);
+
+#endif
