@@ -5,12 +5,6 @@
 #include "error.h"
 #include "kernels/common/cache.h"
 
-#include <float.h>
-
-static bool is_fp8(mla_dtype dtype)
-{
-    return dtype == MLA_DTYPE_FP8_E4M3 || dtype == MLA_DTYPE_FP8_E5M2;
-}
 
 static bool is_float(mla_dtype dtype)
 {
@@ -71,7 +65,7 @@ static mla_status check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_
                         "block_stride %lld for width %lld, block_size %lld)", fn,
                         (long long)c.entry_stride, (long long)c.block_stride, (long long)c.width,
                         (long long)c.block_size);
-    if (is_fp8(c.dtype) && !(c.scale > 0.0f && c.scale <= FLT_MAX))
+    if (mla_dtype_is_fp8(c.dtype) && !mla_fp8_scale_ok(c.scale))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s cache scale %g is not finite and > 0", fn,
                         mla_dtype_name(c.dtype), (double)c.scale);
     *out = c;

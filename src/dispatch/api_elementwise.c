@@ -3,7 +3,6 @@
 #include "error.h"
 #include "kernels/common/elementwise.h"
 
-#include <float.h>
 #include <stdint.h>
 
 /* True if [a, a+an) and [b, b+bn) share a byte. */
@@ -26,36 +25,6 @@ static mla_status run(mla_elementwise_kind kind, void *dst, const void *src, int
     return MLA_OK;
 }
 
-/* The kernel converting src_dtype to dst_dtype; false if there is none. */
-static bool conversion_kind(mla_dtype dst_dtype, mla_dtype src_dtype, mla_elementwise_kind *kind)
-{
-    static const struct {
-        mla_dtype src, dst;
-        mla_elementwise_kind kind;
-    } pairs[] = {
-        {MLA_DTYPE_BF16, MLA_DTYPE_F32, MLA_EW_CVT_BF16_F32},
-        {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_EW_CVT_F32_BF16},
-        {MLA_DTYPE_F16, MLA_DTYPE_F32, MLA_EW_CVT_F16_F32},
-        {MLA_DTYPE_F32, MLA_DTYPE_F16, MLA_EW_CVT_F32_F16},
-        {MLA_DTYPE_FP8_E4M3, MLA_DTYPE_F32, MLA_EW_CVT_E4M3_F32},
-        {MLA_DTYPE_F32, MLA_DTYPE_FP8_E4M3, MLA_EW_CVT_F32_E4M3},
-        {MLA_DTYPE_FP8_E5M2, MLA_DTYPE_F32, MLA_EW_CVT_E5M2_F32},
-        {MLA_DTYPE_F32, MLA_DTYPE_FP8_E5M2, MLA_EW_CVT_F32_E5M2},
-    };
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        if (pairs[i].src == src_dtype && pairs[i].dst == dst_dtype) {
-            *kind = pairs[i].kind;
-            return true;
-        }
-    }
-    return false;
-}
-
-static bool is_fp8(mla_dtype dtype)
-{
-    return dtype == MLA_DTYPE_FP8_E4M3 || dtype == MLA_DTYPE_FP8_E5M2;
-}
-
 mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
                               int64_t n, float scale, int threads)
 {
@@ -64,14 +33,14 @@ mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtyp
     if (n > 0 && (!dst || !src))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: NULL %s", dst ? "src" : "dst");
     mla_elementwise_kind kind;
-    if (!conversion_kind(dst_dtype, src_dtype, &kind))
+    if (!mla_conversion_kind(dst_dtype, src_dtype, &kind))
         return mla_fail(MLA_ERR_UNSUPPORTED, "mla_convert: %s -> %s not supported "
                         "(supported: f32 <-> bf16, f16, fp8_e4m3, fp8_e5m2)",
                         mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
-    if (!(scale > 0.0f && scale <= FLT_MAX))
+    if (!mla_fp8_scale_ok(scale))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: scale %g is not finite and > 0",
                         (double)scale);
-    if (scale != 1.0f && !is_fp8(src_dtype) && !is_fp8(dst_dtype))
+    if (scale != 1.0f && !mla_dtype_is_fp8(src_dtype) && !mla_dtype_is_fp8(dst_dtype))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: scale %g given for %s -> %s "
                         "(only fp8 conversions are scaled)", (double)scale,
                         mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));

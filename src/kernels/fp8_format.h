@@ -8,7 +8,6 @@
 
 typedef struct mla_fp8_format {
     int man_bits, bias;
-    int32_t rebias;        /* (127 - bias) << man_bits: f32 exponent -> fp8 code   */
     int32_t min_normal;    /* f32 bits of the smallest normal                       */
     int32_t max_bits;      /* f32 bits of the largest finite value                  */
     int32_t max_code;      /* its code, where saturation lands                      */
@@ -20,9 +19,9 @@ typedef struct mla_fp8_format {
 } mla_fp8_format;
 
 /* e4m3fn: bias 7, largest 448 (0x7e), smallest denormal 2^-9. */
-static const mla_fp8_format MLA_FP8_E4M3 = {3, 7, 120 << 3, 0x3c800000, 0x43e00000, 0x7e, 0x7f, 0x1p14f, false};
+static const mla_fp8_format MLA_FP8_E4M3 = {3, 7, 0x3c800000, 0x43e00000, 0x7e, 0x7f, 0x1p14f, false};
 /* e5m2: bias 15, largest 57344 (0x7b), smallest denormal 2^-16. */
-static const mla_fp8_format MLA_FP8_E5M2 = {2, 15, 112 << 2, 0x38800000, 0x47600000, 0x7b, 0x7e, 0x1p7f, true};
+static const mla_fp8_format MLA_FP8_E5M2 = {2, 15, 0x38800000, 0x47600000, 0x7b, 0x7e, 0x1p7f, true};
 
 /* 1/scale when dividing by scale is the same as multiplying by it: scale a
  * normal power of two (KV-cache scales are often 1). Both then round the same

@@ -1,4 +1,5 @@
 #include "cache.h"
+#include "elementwise.h"
 
 #include <omp.h>
 #include <string.h>
@@ -9,66 +10,23 @@
  * it saves. */
 #define MIN_ROWS_PER_THREAD 64
 
-static void widen(const mla_kernels *k, float *dst, const void *src, mla_dtype dtype, int64_t n,
-                  float scale)
-{
-    switch (dtype) {
-    case MLA_DTYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
-    case MLA_DTYPE_BF16:
-        k->cvt_bf16_f32(src, dst, n);
-        break;
-    case MLA_DTYPE_F16:
-        k->cvt_f16_f32(src, dst, n);
-        break;
-    case MLA_DTYPE_FP8_E4M3:
-        k->cvt_e4m3_f32(src, dst, n, scale);
-        break;
-    default:
-        k->cvt_e5m2_f32(src, dst, n, scale);
-        break;
-    }
-}
-
-static void narrow(const mla_kernels *k, void *dst, mla_dtype dtype, const float *src, int64_t n,
-                   float scale)
-{
-    switch (dtype) {
-    case MLA_DTYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
-    case MLA_DTYPE_BF16:
-        k->cvt_f32_bf16(src, dst, n);
-        break;
-    case MLA_DTYPE_F16:
-        k->cvt_f32_f16(src, dst, n);
-        break;
-    case MLA_DTYPE_FP8_E4M3:
-        k->cvt_f32_e4m3(src, dst, n, scale);
-        break;
-    default:
-        k->cvt_f32_e5m2(src, dst, n, scale);
-        break;
-    }
-}
-
 void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const void *src,
                      mla_dtype src_dtype, int64_t n, float scale)
 {
+    mla_elementwise_kind kind, widen, narrow;
     if (dst_dtype == src_dtype) {
         memcpy(dst, src, (size_t)(n * mla_dtype_size(src_dtype)));
-    } else if (src_dtype == MLA_DTYPE_F32) {
-        narrow(k, dst, dst_dtype, src, n, scale);
-    } else if (dst_dtype == MLA_DTYPE_F32) {
-        widen(k, dst, src, src_dtype, n, scale);
+    } else if (mla_conversion_kind(dst_dtype, src_dtype, &kind)) { /* one side is f32 */
+        mla_elementwise_run(k, kind, dst, src, n, scale);
     } else {
+        mla_conversion_kind(MLA_DTYPE_F32, src_dtype, &widen);
+        mla_conversion_kind(dst_dtype, MLA_DTYPE_F32, &narrow);
         float stage[STAGE];
         int64_t src_size = mla_dtype_size(src_dtype), dst_size = mla_dtype_size(dst_dtype);
         for (int64_t i = 0; i < n; i += STAGE) {
             int64_t m = n - i < STAGE ? n - i : STAGE;
-            widen(k, stage, (const char *)src + i * src_size, src_dtype, m, scale);
-            narrow(k, (char *)dst + i * dst_size, dst_dtype, stage, m, scale);
+            mla_elementwise_run(k, widen, stage, (const char *)src + i * src_size, m, scale);
+            mla_elementwise_run(k, narrow, (char *)dst + i * dst_size, stage, m, scale);
         }
     }
 }

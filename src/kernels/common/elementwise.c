@@ -8,39 +8,76 @@
  * full vectors and no two threads share a cache line of the output. */
 #define CHUNK_ALIGN 64
 
-static void run_range(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
-                      int64_t begin, int64_t end, float scale)
+bool mla_conversion_kind(mla_dtype dst_dtype, mla_dtype src_dtype, mla_elementwise_kind *kind)
 {
-    int64_t n = end - begin;
+    static const struct {
+        mla_dtype src, dst;
+        mla_elementwise_kind kind;
+    } pairs[] = {
+        {MLA_DTYPE_BF16, MLA_DTYPE_F32, MLA_EW_CVT_BF16_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_EW_CVT_F32_BF16},
+        {MLA_DTYPE_F16, MLA_DTYPE_F32, MLA_EW_CVT_F16_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_F16, MLA_EW_CVT_F32_F16},
+        {MLA_DTYPE_FP8_E4M3, MLA_DTYPE_F32, MLA_EW_CVT_E4M3_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_FP8_E4M3, MLA_EW_CVT_F32_E4M3},
+        {MLA_DTYPE_FP8_E5M2, MLA_DTYPE_F32, MLA_EW_CVT_E5M2_F32},
+        {MLA_DTYPE_F32, MLA_DTYPE_FP8_E5M2, MLA_EW_CVT_F32_E5M2},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        if (pairs[i].src == src_dtype && pairs[i].dst == dst_dtype) {
+            *kind = pairs[i].kind;
+            return true;
+        }
+    }
+    return false;
+}
+
+void mla_elementwise_run(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
+                         int64_t n, float scale)
+{
     switch (kind) {
     case MLA_EW_CVT_BF16_F32:
-        k->cvt_bf16_f32((const uint16_t *)src + begin, (float *)dst + begin, n);
+        k->cvt_bf16_f32(src, dst, n);
         break;
     case MLA_EW_CVT_F32_BF16:
-        k->cvt_f32_bf16((const float *)src + begin, (uint16_t *)dst + begin, n);
+        k->cvt_f32_bf16(src, dst, n);
         break;
     case MLA_EW_CVT_F16_F32:
-        k->cvt_f16_f32((const uint16_t *)src + begin, (float *)dst + begin, n);
+        k->cvt_f16_f32(src, dst, n);
         break;
     case MLA_EW_CVT_F32_F16:
-        k->cvt_f32_f16((const float *)src + begin, (uint16_t *)dst + begin, n);
+        k->cvt_f32_f16(src, dst, n);
         break;
     case MLA_EW_CVT_F32_E4M3:
-        k->cvt_f32_e4m3((const float *)src + begin, (uint8_t *)dst + begin, n, scale);
+        k->cvt_f32_e4m3(src, dst, n, scale);
         break;
     case MLA_EW_CVT_E4M3_F32:
-        k->cvt_e4m3_f32((const uint8_t *)src + begin, (float *)dst + begin, n, scale);
+        k->cvt_e4m3_f32(src, dst, n, scale);
         break;
     case MLA_EW_CVT_F32_E5M2:
-        k->cvt_f32_e5m2((const float *)src + begin, (uint8_t *)dst + begin, n, scale);
+        k->cvt_f32_e5m2(src, dst, n, scale);
         break;
     case MLA_EW_CVT_E5M2_F32:
-        k->cvt_e5m2_f32((const uint8_t *)src + begin, (float *)dst + begin, n, scale);
+        k->cvt_e5m2_f32(src, dst, n, scale);
         break;
     case MLA_EW_EXP_F32:
-        k->exp_f32((const float *)src + begin, (float *)dst + begin, n);
+        k->exp_f32(src, dst, n);
         break;
     }
+}
+
+/* Bytes per source and per destination element of a kind. */
+static void element_sizes(mla_elementwise_kind kind, int64_t *src_size, int64_t *dst_size)
+{
+    static const int8_t sizes[][2] = {
+        [MLA_EW_CVT_BF16_F32] = {2, 4}, [MLA_EW_CVT_F32_BF16] = {4, 2},
+        [MLA_EW_CVT_F16_F32] = {2, 4},  [MLA_EW_CVT_F32_F16] = {4, 2},
+        [MLA_EW_CVT_F32_E4M3] = {4, 1}, [MLA_EW_CVT_E4M3_F32] = {1, 4},
+        [MLA_EW_CVT_F32_E5M2] = {4, 1}, [MLA_EW_CVT_E5M2_F32] = {1, 4},
+        [MLA_EW_EXP_F32] = {4, 4},
+    };
+    *src_size = sizes[kind][0];
+    *dst_size = sizes[kind][1];
 }
 
 void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
@@ -49,9 +86,11 @@ void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst,
     int64_t useful = n / MIN_ELEMENTS_PER_THREAD;
     int nt = useful < threads ? (int)useful : threads;
     if (nt <= 1) {
-        run_range(k, kind, dst, src, 0, n, scale);
+        mla_elementwise_run(k, kind, dst, src, n, scale);
         return;
     }
+    int64_t src_size, dst_size;
+    element_sizes(kind, &src_size, &dst_size);
     int64_t per = (n + nt - 1) / nt;
     per = (per + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -59,6 +98,7 @@ void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst,
         int64_t begin = (int64_t)t * per;
         int64_t end = begin + per < n ? begin + per : n;
         if (begin < end)
-            run_range(k, kind, dst, src, begin, end, scale);
+            mla_elementwise_run(k, kind, (char *)dst + begin * dst_size,
+                                (const char *)src + begin * src_size, end - begin, scale);
     }
 }

@@ -16,6 +16,13 @@ typedef enum mla_elementwise_kind {
     MLA_EW_EXP_F32,
 } mla_elementwise_kind;
 
+/* The kind converting src_dtype to dst_dtype (one side f32); false if none. */
+bool mla_conversion_kind(mla_dtype dst_dtype, mla_dtype src_dtype, mla_elementwise_kind *kind);
+
+/* Runs the kernel of `kind` from table k over n elements, on this thread. */
+void mla_elementwise_run(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
+                         int64_t n, float scale);
+
 /* Runs the kernel of `kind` from table k over [0, n) with up to `threads`
  * threads; arrays too small to amortize a parallel region run on one.
  * scale goes to the fp8 kernels (the others have none). */

@@ -1,6 +1,5 @@
 /* AArch64 ASIMD fp8 conversions with a scale, bit-exact with the ref
- * kernels; the method is avx2/fp8.c's (integer rounding of normals, one float
- * add for denormals; e5m2 widens through FCVTL as the top byte of an f16).
+ * kernels; avx2/fp8.c explains the method (e5m2 widens through FCVTL here).
  * Tails go to ref. */
 #include "kernels/fp8_format.h"
 #include "kernels/kernels.h"
@@ -11,20 +10,19 @@
 static inline uint32x4_t round_to_fp8(const mla_fp8_format *c, float32x4_t q)
 {
     const uint32x4_t x = vreinterpretq_u32_f32(q);
-    const uint32x4_t a = vandq_u32(x, vdupq_n_u32(0x7fffffff));
-    const uint32x4_t sign = vandq_u32(vshrq_n_u32(x, 24), vdupq_n_u32(0x80));
+    const uint32x4_t abs = vandq_u32(x, vdupq_n_u32(0x7fffffff));
+    /* saturate first: the largest finite value rounds to its own code */
+    const uint32x4_t a = vminq_u32(abs, vdupq_n_u32((uint32_t)c->max_bits));
     const int32x4_t down = vdupq_n_s32(c->man_bits - 23); /* negative: shift right */
     const uint32x4_t lsb = vandq_u32(vshlq_u32(a, down), vdupq_n_u32(1));
-    const uint32x4_t bias = vaddq_u32(vdupq_n_u32((1u << (22 - c->man_bits)) - 1u), lsb);
-    const uint32x4_t normal =
-        vsubq_u32(vshlq_u32(vaddq_u32(a, bias), down), vdupq_n_u32((uint32_t)c->rebias));
+    const uint32x4_t biased = vaddq_u32(a, vdupq_n_u32(mla_fp8_round_bias(c)));
+    const uint32x4_t normal = vshlq_u32(vaddq_u32(biased, lsb), down);
     const float32x4_t magic = vdupq_n_f32(c->denormal_magic);
     const uint32x4_t denormal = vsubq_u32(vreinterpretq_u32_f32(vaddq_f32(vreinterpretq_f32_u32(a), magic)),
                                           vreinterpretq_u32_f32(magic));
     uint32x4_t code = vbslq_u32(vcltq_u32(a, vdupq_n_u32((uint32_t)c->min_normal)), denormal, normal);
-    code = vbslq_u32(vcgeq_u32(a, vdupq_n_u32((uint32_t)c->max_bits)), vdupq_n_u32((uint32_t)c->max_code), code);
-    code = vbslq_u32(vcgtq_u32(a, vdupq_n_u32(0x7f800000)), vdupq_n_u32((uint32_t)c->nan_code), code);
-    return vorrq_u32(code, sign);
+    code = vbslq_u32(vcgtq_u32(abs, vdupq_n_u32(0x7f800000)), vdupq_n_u32((uint32_t)c->nan_code), code);
+    return vorrq_u32(code, vandq_u32(vshrq_n_u32(x, 24), vdupq_n_u32(0x80)));
 }
 
 static inline void narrow(const mla_fp8_format *c, const float *src, uint8_t *dst, int64_t n, float scale)
