@@ -57,6 +57,7 @@ isa_flags = $(strip \
 TEST_SRCS := $(filter-out tests/oracle.c,$(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(wildcard tests/support.c tests/oracle.c)
+BENCH_SRCS := $(filter-out bench/mla_run.c,$(wildcard bench/*.c))
 BENCH_BINS := $(BUILD)/bench/mla_bench $(BUILD)/mla_run
 
 # ---- dependency check: one line naming the Debian packages ----------------
@@ -112,9 +113,10 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(wildcard tests/*.h) $(BUILD)/libml
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests $< $(TEST_SUPPORT) -o $@ $(BUILD)/libmla.a -lcmocka $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libmla.a
+# mla_bench is every bench/*.c but mla_run.c: one file per command group.
+$(BUILD)/bench/mla_bench: $(BENCH_SRCS) bench/bench.h $(BUILD)/libmla.a
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< -o $@ $(BUILD)/libmla.a $(LDLIBS)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BENCH_SRCS) -o $@ $(BUILD)/libmla.a $(LDLIBS)
 
 $(BUILD)/mla_run: bench/mla_run.c $(BUILD)/libmla.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< -o $@ $(BUILD)/libmla.a $(LDLIBS)

@@ -172,9 +172,10 @@ typedef struct mla_config {
 MLA_API mla_config mla_config_default(void);
 
 /* Micro-kernel signatures. A custom backend may leave any pointer NULL; it
- * then inherits the ref kernel (as BLIS contexts start from reference
- * kernels). Conversions round to nearest even and keep infinities and
- * denormals; NaNs stay NaN (quieted, except bf16 -> f32, a pure shift). */
+ * then inherits the ref kernel, as BLIS contexts start from reference
+ * kernels (gemm_bf16dot excepted). Conversions round to nearest even and
+ * keep infinities and denormals; NaNs stay NaN (quieted, except bf16 -> f32,
+ * a pure shift). */
 typedef void (*mla_cvt_bf16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
 typedef void (*mla_cvt_f32_bf16_fn)(const float *src, uint16_t *dst, int64_t n);
 typedef void (*mla_cvt_f16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
@@ -201,6 +202,34 @@ typedef void (*mla_cvt_fp8_f32_fn)(const uint8_t *src, float *dst, int64_t n, fl
 typedef void (*mla_copy_stream_fn)(void *dst, const void *src, int64_t bytes);
 /* Orders the calling thread's streaming stores before its later stores. */
 typedef void (*mla_store_fence_fn)(void);
+/* GEMM with strided operands, the shape every decode step reduces to (scores,
+ * P.V, the W_UK / W_UV absorptions). For i < m, j < n:
+ *   acc = c_scale ? c_scale[i] * c[i*ldc + j] : 0   (c is not read when NULL)
+ *   for p = 0 .. k-1 in order: acc = fma(a[i*rs_a + p*cs_a], b[p*ldb + j], acc)
+ *   c[i*ldc + j] = acc
+ * Each element is one chain of single-rounding f32 multiply-adds in that
+ * order, so every ISA's kernel gives the ref kernel's bits (NaN payloads
+ * aside), whatever m, n, the tiling or the addresses (what batch-invariant
+ * decode relies on).
+ * c must not overlap a or b. The bf16 variant reads b as bf16, widened
+ * exactly. */
+typedef void (*mla_gemm_f32_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,
+                                int64_t cs_a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                                const float *c_scale);
+typedef void (*mla_gemm_bf16_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,
+                                 int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,
+                                 int64_t ldc, const float *c_scale);
+/* bf16 dot-product GEMM, x86's vdpbf16ps arithmetic: A and B bf16, k even,
+ * products taken in pairs along k. A(i, p) = a[2*(i*rs_a + (p/2)*cs_a) + p%2]
+ * (strides count pairs); B(p, j) = b[(p/2)*ldb + 2*j + p%2] (pair-packed
+ * rows; ldb counts elements). For i < m, j < n: acc = c_scale ? c_scale[i] *
+ * c[i*ldc + j] : 0, then for each pair q in order acc = fma(A(i,2q+1),
+ * B(2q+1,j), acc) and acc = fma(A(i,2q), B(2q,j), acc), each rounded to
+ * nearest even, with denormal inputs read as zero and tiny results flushed
+ * to zero. A table without this kernel (NULL) has no bf16 dot route. */
+typedef void (*mla_gemm_bf16dot_fn)(int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                                    int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
+                                    float *c, int64_t ldc, const float *c_scale);
 
 typedef struct mla_kernels {
     mla_cvt_bf16_f32_fn cvt_bf16_f32;
@@ -215,6 +244,9 @@ typedef struct mla_kernels {
     mla_cvt_fp8_f32_fn cvt_e5m2_f32;
     mla_copy_stream_fn copy_stream;
     mla_store_fence_fn store_fence;
+    mla_gemm_f32_fn gemm_f32;
+    mla_gemm_bf16_fn gemm_bf16;
+    mla_gemm_bf16dot_fn gemm_bf16dot; /* not inherited from ref: NULL = no route */
 } mla_kernels;
 
 #define MLA_MAX_HEAD_DIMS 4
@@ -272,7 +304,8 @@ MLA_API const char *mla_last_backend(void);
 
 /* Add a backend (MLA_ERR_ALREADY_EXISTS if the name is taken), or replace an
  * existing one of the same name when `override` is true (a built-in too).
- * The descriptor and its strings are copied. NULL kernels inherit ref's. */
+ * The descriptor and its strings are copied. NULL kernels inherit ref's
+ * (but gemm_bf16dot, whose NULL means no bf16 dot route). */
 MLA_API mla_status mla_register_backend(const mla_backend_desc *desc, bool override);
 
 /* ------------------------------------------------------------------------ */
@@ -529,6 +562,95 @@ MLA_API mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_
  * cu_seq_lens must be non-decreasing from cu_seq_lens[0] >= 0. */
 MLA_API mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec,
                                        void *dst, int64_t dst_stride, int threads);
+
+/* ------------------------------------------------------------------------ */
+/* Absorbed MLA decode (SPEC §1.3, §1.6, §5), through the MLA_OP_DECODE       */
+/* backend                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Latent attention of B requests, s_q query tokens each (token t = b*s_q + i),
+ * H heads, over a paged cache of width L + R. Query element (t, h, d) is
+ * q_nope[t*q_nope_token_stride + h*q_nope_head_stride + d] for d < L and
+ * q_pe[t*q_pe_token_stride + h*q_pe_head_stride + d - L] for d >= L (both in
+ * q_dtype; strides in elements). For one concatenated q [B, s_q, H, L+R] pass
+ * q_pe = q + L with q's strides; vLLM's absorbed ql_nope (a transposed bmm
+ * output) has head stride Td*L and token stride L. V is the first L values
+ * of each cache row. */
+typedef struct mla_decode_args {
+    int64_t num_reqs;     /* B >= 0                                         */
+    int64_t s_q;          /* query tokens per request, >= 1 (MTP: causal)   */
+    int64_t num_heads;    /* H >= 1                                         */
+    int64_t kv_lora_rank; /* L >= 1                                         */
+    int64_t rope_dim;     /* R >= 0; L + R = cache width                    */
+    float scale;          /* softmax scale on q.k (SPEC §1.4), finite       */
+    mla_dtype q_dtype;    /* f32, bf16 or f16; out has it too               */
+    const void *q_nope;
+    int64_t q_nope_token_stride, q_nope_head_stride;
+    const void *q_pe;     /* may be NULL when R = 0                         */
+    int64_t q_pe_token_stride, q_pe_head_stride;
+    const mla_kv_cache *cache;   /* any dtype; fp8 uses its scale            */
+    const int32_t *block_table;  /* [B, block_table_cols]                   */
+    int64_t block_table_cols;
+    const int32_t *seq_lens;     /* [B]: tokens in the cache, this step's included */
+    /* out (t, h, l) at out[t*out_token_stride + h*out_head_stride + l] */
+    void *out;
+    int64_t out_token_stride, out_head_stride;
+    float *lse;                  /* [B, H, s_q] natural log, or NULL           */
+    /* Split-KV schedule (mla_build_decode_sched) the call builds for itself;
+     * NULL: defaults with one part per thread. split_blocks > 0 gives
+     * batch-invariant results: bit-identical for every thread count and batch
+     * composition with the same split_blocks and block_n. */
+    const mla_decode_sched_params *sched;
+} mla_decode_args;
+
+/* Query i of request b sees cache rows j <= seq_lens[b] - s_q + i (causal,
+ * aligned to the end); a query that sees no row gets out 0 and lse -inf.
+ * Rows past ceil(seq_len / block_size) blocks of the block table are never
+ * read. Every block id that will be read, every size and pointer is checked
+ * before anything is written. Scratch comes from the caller:
+ * mla_decode_workspace_size gives the bytes a call with these args and
+ * thread count needs (64-byte alignment best; any works).
+ * threads <= 0: mla_default_threads(). */
+MLA_API mla_status mla_decode_workspace_size(const mla_decode_args *args, int threads,
+                                             int64_t *bytes);
+MLA_API mla_status mla_decode(const mla_decode_args *args, void *workspace,
+                              int64_t workspace_bytes, int threads);
+
+/* Weight preparation (SPEC §1.3): kv_b_proj [H*(P+V), L] (row-major, its
+ * dtype f32, bf16 or f16) -> w_uk_t [H, P, L] with w_uk_t[h][p][l] =
+ * kv_b_proj[h*(P+V) + p][l], and w_uv [H, L, V] with w_uv[h][l][v] =
+ * kv_b_proj[h*(P+V) + P + v][l], both dense in w_dtype (f32 or bf16). */
+MLA_API mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtype,
+                                       int64_t num_heads, int64_t kv_lora_rank,
+                                       int64_t qk_nope_dim, int64_t v_head_dim, void *w_uk_t,
+                                       void *w_uv, mla_dtype w_dtype, int threads);
+
+/* The absorbed decode forward (SPEC §1.6) for Td = B*s_q tokens:
+ * ql_nope[t,h] = q_nope[t,h] . W_UK_T[h]; latent attention of (ql_nope,
+ * q_pe) over the cache; out[t, h*V + v] = o_lat[t,h] . W_UV[h]. q (t, h, d)
+ * for d < P + R is q[t*q_token_stride + h*q_head_stride + d] in
+ * attn.q_dtype, which out has too. The batched GEMMs run on libmla's own
+ * kernels with f32 accumulation; as in vLLM, ql_nope and o_lat are kept in
+ * the workspace in q's dtype. */
+typedef struct mla_decode_forward_args {
+    int64_t qk_nope_dim; /* P >= 1                                         */
+    int64_t v_head_dim;  /* V >= 1                                         */
+    const void *q;
+    int64_t q_token_stride, q_head_stride;
+    const void *w_uk_t, *w_uv; /* from mla_prepare_weights                  */
+    mla_dtype w_dtype;         /* f32 or bf16                               */
+    void *out;                 /* [Td, H*V], head stride V                  */
+    int64_t out_token_stride;
+    /* the attention: sizes, scale, q dtype, cache, block table, seq_lens,
+     * lse and schedule; its q_nope, q_pe, out fields and strides are unused
+     * (leave them 0: the call points them into its workspace) */
+    mla_decode_args attn;
+} mla_decode_forward_args;
+
+MLA_API mla_status mla_decode_forward_workspace_size(const mla_decode_forward_args *args,
+                                                     int threads, int64_t *bytes);
+MLA_API mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspace,
+                                      int64_t workspace_bytes, int threads);
 
 /* Whether every backend that would run decode and prefill for cfg accepts
  * cfg->block_size (vLLM's MultipleOf rule); *required_multiple gets the

@@ -1,6 +1,7 @@
 #include "oracle.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 const format16 ORACLE_F16 = {"f16", MLA_DTYPE_F16, 5, 10};
@@ -169,4 +170,202 @@ uint64_t oracle_checksum(const void *p, size_t n)
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
+}
+
+/* ---- attention oracles ------------------------------------------------------- */
+
+float oracle_load_table(mla_dtype dtype, const void *array, int64_t i, float scale)
+{
+    static float table[65536];
+    static mla_dtype table_dtype = MLA_DTYPE_COUNT;
+    static float table_scale;
+    if (dtype == MLA_DTYPE_F32)
+        return ((const float *)array)[i];
+    const bool wide = mla_dtype_size(dtype) == 2;
+    if (dtype != table_dtype || oracle_f32_bits(scale) != oracle_f32_bits(table_scale)) {
+        for (uint32_t code = 0; code < (wide ? 65536u : 256u); code++) {
+            union { uint16_t c16; uint8_t c8; float f; } holder = {.f = 0.0f};
+            if (wide)
+                holder.c16 = (uint16_t)code;
+            else
+                holder.c8 = (uint8_t)code;
+            table[code] = oracle_load(dtype, &holder, 0, scale);
+        }
+        table_dtype = dtype;
+        table_scale = scale;
+    }
+    return table[wide ? ((const uint16_t *)array)[i] : ((const uint8_t *)array)[i]];
+}
+
+int64_t oracle_cache_row(const mla_kv_cache *cache, int64_t blk, int64_t off)
+{
+    int64_t entry = cache->entry_stride ? cache->entry_stride : cache->width;
+    int64_t block = cache->block_stride ? cache->block_stride : cache->block_size * entry;
+    return blk * block + off * entry;
+}
+
+/* The first n rows of a request (block table row bt) as stored, dequantized:
+ * [n, width] doubles, and transposed ([width, n]) into *cols when cols is
+ * not NULL (so dot products with every row run along contiguous memory). */
+static double *request_rows(const mla_kv_cache *c, const int32_t *bt, int64_t n, double **cols)
+{
+    double *rows = malloc(sizeof(double) * (size_t)(n > 0 ? n * c->width : 1));
+    for (int64_t j = 0; j < n; j++) {
+        int64_t at = oracle_cache_row(c, bt[j / c->block_size], j % c->block_size);
+        for (int64_t d = 0; d < c->width; d++)
+            rows[j * c->width + d] = oracle_load_table(c->dtype, c->data, at + d, c->scale);
+    }
+    if (cols) {
+        *cols = malloc(sizeof(double) * (size_t)(n > 0 ? n * c->width : 1));
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t d = 0; d < c->width; d++)
+                (*cols)[d * n + j] = rows[j * c->width + d];
+    }
+    return rows;
+}
+
+/* Keys query i of a request of length len with s_q queries sees (§5.2). */
+static int64_t visible_keys(int64_t len, int64_t s_q, int64_t i)
+{
+    int64_t n = len - s_q + i + 1;
+    return n < 0 ? 0 : n > len ? len : n;
+}
+
+/* Logits x[0..n) -> softmax weights in place; returns the log-sum-exp
+ * (-inf for n == 0). */
+static double softmax(double *x, int64_t n)
+{
+    if (n == 0)
+        return -INFINITY;
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < n; j++)
+        m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < n; j++) {
+        x[j] = exp(x[j] - m);
+        sum += x[j];
+    }
+    for (int64_t j = 0; j < n; j++)
+        x[j] /= sum;
+    return m + log(sum);
+}
+
+void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse)
+{
+    const int64_t H = a->num_heads, L = a->kv_lora_rank, R = a->rope_dim, D = L + R;
+    const int64_t JB = 32; /* rows per block: every head's use of a block while it is in cache */
+    const mla_kv_cache *c = a->cache;
+    double *q = malloc(sizeof(double) * (size_t)(H * D));
+    for (int64_t b = 0; b < a->num_reqs; b++) {
+        const int64_t len = a->seq_lens[b];
+        double *cols, *rows = request_rows(c, a->block_table + b * a->block_table_cols, len, &cols);
+        double *p = malloc(sizeof(double) * (size_t)(H * (len > 0 ? len : 1))); /* [H, len] */
+        for (int64_t i = 0; i < a->s_q; i++) {
+            const int64_t t = b * a->s_q + i, n = visible_keys(len, a->s_q, i);
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t d = 0; d < L; d++)
+                    q[h * D + d] = oracle_load(a->q_dtype, a->q_nope,
+                                               t * a->q_nope_token_stride + h * a->q_nope_head_stride + d, 1.0f);
+                for (int64_t d = 0; d < R; d++)
+                    q[h * D + L + d] = oracle_load(a->q_dtype, a->q_pe,
+                                                   t * a->q_pe_token_stride + h * a->q_pe_head_stride + d, 1.0f);
+                for (int64_t j = 0; j < n; j++)
+                    p[h * len + j] = 0.0;
+            }
+            /* p[h][j] = sum_d q[h][d] row_j[d], summed over d in order */
+            for (int64_t j0 = 0; j0 < n; j0 += JB) {
+                const int64_t j1 = j0 + JB < n ? j0 + JB : n;
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t d = 0; d < D; d++)
+                        for (int64_t j = j0; j < j1; j++)
+                            p[h * len + j] += q[h * D + d] * cols[d * len + j];
+            }
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t j = 0; j < n; j++)
+                    p[h * len + j] *= (double)a->scale;
+                lse[(b * H + h) * a->s_q + i] = softmax(p + h * len, n);
+                for (int64_t l = 0; l < L; l++)
+                    out[(t * H + h) * L + l] = 0.0;
+            }
+            /* o[h] = sum_j p[h][j] row_j[0:L], summed over j in order */
+            for (int64_t j0 = 0; j0 < n; j0 += JB) {
+                const int64_t j1 = j0 + JB < n ? j0 + JB : n;
+                for (int64_t h = 0; h < H; h++) {
+                    double *o = out + (t * H + h) * L;
+                    for (int64_t j = j0; j < j1; j++)
+                        for (int64_t l = 0; l < L; l++)
+                            o[l] += p[h * len + j] * rows[j * D + l];
+                }
+            }
+        }
+        free(p);
+        free(cols);
+        free(rows);
+    }
+    free(q);
+}
+
+void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj, double *out,
+                       double *lse)
+{
+    const mla_decode_args *a = &f->attn;
+    const int64_t H = a->num_heads, L = a->kv_lora_rank, R = a->rope_dim, D = L + R;
+    const int64_t P = f->qk_nope_dim, V = f->v_head_dim;
+    const mla_kv_cache *c = a->cache;
+    double *q = malloc(sizeof(double) * (size_t)(P + R));
+    for (int64_t b = 0; b < a->num_reqs; b++) {
+        const int64_t len = a->seq_lens[b];
+        double *cols, *rows = request_rows(c, a->block_table + b * a->block_table_cols, len, &cols);
+        /* up-projection of every latent: k_nope [len, H, P], v [len, H, V];
+         * each sum over l in order, for all rows at once */
+        double *k_nope = malloc(sizeof(double) * (size_t)(len > 0 ? len * H * P : 1));
+        double *v = malloc(sizeof(double) * (size_t)(len > 0 ? len * H * V : 1));
+        double *acc = malloc(sizeof(double) * (size_t)(len > 0 ? len : 1));
+        for (int64_t h = 0; h < H; h++) {
+            for (int64_t e = 0; e < P + V; e++) {
+                const float *w = kv_b_proj + (h * (P + V) + e) * L;
+                for (int64_t j = 0; j < len; j++)
+                    acc[j] = 0.0;
+                for (int64_t l = 0; l < L; l++)
+                    for (int64_t j = 0; j < len; j++)
+                        acc[j] += (double)w[l] * cols[l * len + j];
+                for (int64_t j = 0; j < len; j++) {
+                    if (e < P)
+                        k_nope[(j * H + h) * P + e] = acc[j];
+                    else
+                        v[(j * H + h) * V + e - P] = acc[j];
+                }
+            }
+        }
+        free(acc);
+        double *p = malloc(sizeof(double) * (size_t)(len > 0 ? len : 1));
+        for (int64_t i = 0; i < a->s_q; i++) {
+            const int64_t t = b * a->s_q + i, n = visible_keys(len, a->s_q, i);
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t d = 0; d < P + R; d++)
+                    q[d] = oracle_load(a->q_dtype, f->q, t * f->q_token_stride + h * f->q_head_stride + d,
+                                       1.0f);
+                for (int64_t j = 0; j < n; j++) {
+                    double dot = 0.0;
+                    for (int64_t d = 0; d < P; d++)
+                        dot += q[d] * k_nope[(j * H + h) * P + d];
+                    for (int64_t d = 0; d < R; d++)
+                        dot += q[P + d] * rows[j * D + L + d];
+                    p[j] = (double)a->scale * dot;
+                }
+                lse[(b * H + h) * a->s_q + i] = softmax(p, n);
+                double *o = out + t * H * V + h * V;
+                for (int64_t e = 0; e < V; e++)
+                    o[e] = 0.0;
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t e = 0; e < V; e++)
+                        o[e] += p[j] * v[(j * H + h) * V + e];
+            }
+        }
+        free(p);
+        free(v);
+        free(k_nope);
+        free(cols);
+        free(rows);
+    }
+    free(q);
 }

@@ -58,4 +58,33 @@ void oracle_store(mla_dtype dtype, void *array, int64_t i, float x, float scale)
 /* FNV-1a of n bytes: a checksum for "nothing was written". */
 uint64_t oracle_checksum(const void *p, size_t n);
 
+/* ---- attention oracles (double precision, plain loops) -------------------- */
+
+/* oracle_load through a table of every code of the dtype (built with
+ * oracle_load, rebuilt when the dtype or scale changes): the same values,
+ * cheap enough for multi-megabyte caches. Not thread-safe. */
+float oracle_load_table(mla_dtype dtype, const void *array, int64_t i, float scale);
+
+/* Element offset of cache row (blk, off), resolving 0 strides to dense. */
+int64_t oracle_cache_row(const mla_kv_cache *cache, int64_t blk, int64_t off);
+
+/* Latent decode (SPEC §1.6 step 4, §5.2, §8) the plain way: for token
+ * t = b*s_q + i and head h, logits scale * <q(t,h,:), row_j> over the cache
+ * rows j <= seq_lens[b] - s_q + i of request b as stored (dequantized with
+ * the fp8 scale), softmax, o = sum_j p_j row_j[0:L]. q is read through a's
+ * pointers, strides and q_dtype; a->out, a->lse and a->sched are not used.
+ * out [Td, H, L] dense; lse [B, H, s_q] (natural log of the scaled logits);
+ * a row that sees no key gets 0 and -inf. */
+void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse);
+
+/* The non-absorbed MLA of SPEC §1.7 item 7 for the decode tokens of f:
+ * k_nope[j,h] = W_k[h] c_j and v[j,h] = W_v[h] c_j up-projected from each
+ * cache row's latent c_j = row_j[0:L] with kv_b_proj [H*(P+V), L] (f32,
+ * row-major: rows h*(P+V) .. +P-1 are W_k[h], the next V rows W_v[h]);
+ * logits scale * (q_nope . k_nope + q_pe . row_j[L:L+R]), causal as above.
+ * q (t, h, d < P+R) is read through f->q, its strides and f->attn.q_dtype.
+ * out [Td, H*V] dense; lse [B, H, s_q]; rows that see no key get 0, -inf. */
+void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj, double *out,
+                       double *lse);
+
 #endif

@@ -2,84 +2,14 @@
  * MLA_OP_CONVERT backend -> run the driver. Nothing is written unless every
  * check passes. */
 #include "dispatch.h"
+#include "checks.h"
 #include "error.h"
 #include "kernels/common/cache.h"
 
 
-static bool is_float(mla_dtype dtype)
-{
-    return dtype == MLA_DTYPE_F32 || dtype == MLA_DTYPE_BF16 || dtype == MLA_DTYPE_F16;
-}
-
-/* Bytes spanned by `rows` rows of `width` elements, `stride` apart; false on
- * overflow. */
-static bool span_bytes(int64_t rows, int64_t stride, int64_t width, int64_t elem_size, int64_t *bytes)
-{
-    int64_t elems = 0;
-    if (rows > 0 && (__builtin_mul_overflow(rows - 1, stride, &elems) ||
-                     __builtin_add_overflow(elems, width, &elems)))
-        return false;
-    return mla_mul_size(elems, elem_size, bytes);
-}
-
-/* A row-major operand of `rows` rows: non-NULL when it has rows, a stride of
- * at least `width`, a span that fits int64_t. */
-static mla_status check_rows(const char *fn, const char *what, const void *p, int64_t rows,
-                             int64_t stride, int64_t width, mla_dtype dtype)
-{
-    int64_t bytes;
-    if (rows > 0 && width > 0 && !p)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
-    if (stride < width)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld < row width %lld", fn,
-                        what, (long long)stride, (long long)width);
-    if (!span_bytes(rows, stride, width, mla_dtype_size(dtype), &bytes))
-        return mla_fail(MLA_ERR_OVERFLOW, "%s: %s of %lld rows x stride %lld overflows", fn, what,
-                        (long long)rows, (long long)stride);
-    return MLA_OK;
-}
-
-/* Checks the cache and resolves its zero (dense) strides into *out. */
-static mla_status check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cache *out)
-{
-    if (!cache || !cache->data)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: cache%s is NULL", fn, cache ? " data" : "");
-    mla_kv_cache c = *cache;
-    if ((unsigned)c.dtype >= MLA_DTYPE_COUNT)
-        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: cache dtype %d is not an mla_dtype", fn, (int)c.dtype);
-    if (c.num_blocks < 0 || c.block_size < 1 || c.width < 1)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: cache num_blocks %lld, block_size %lld, "
-                        "width %lld (need >= 0, >= 1, >= 1)", fn, (long long)c.num_blocks,
-                        (long long)c.block_size, (long long)c.width);
-    if (c.entry_stride == 0)
-        c.entry_stride = c.width;
-    if (c.block_stride == 0 && __builtin_mul_overflow(c.block_size, c.entry_stride, &c.block_stride))
-        return mla_fail(MLA_ERR_OVERFLOW, "%s: cache block_size x entry_stride overflows", fn);
-    int64_t block_span, bytes;
-    if (!span_bytes(c.block_size, c.entry_stride, c.width, 1, &block_span) ||
-        !span_bytes(c.num_blocks, c.block_stride, block_span, mla_dtype_size(c.dtype), &bytes))
-        return mla_fail(MLA_ERR_OVERFLOW, "%s: cache of %lld blocks x stride %lld overflows", fn,
-                        (long long)c.num_blocks, (long long)c.block_stride);
-    if (c.entry_stride < c.width || (c.num_blocks > 1 && c.block_stride < block_span))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: cache rows overlap (entry_stride %lld, "
-                        "block_stride %lld for width %lld, block_size %lld)", fn,
-                        (long long)c.entry_stride, (long long)c.block_stride, (long long)c.width,
-                        (long long)c.block_size);
-    if (mla_dtype_is_fp8(c.dtype) && !mla_fp8_scale_ok(c.scale))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s cache scale %g is not finite and > 0", fn,
-                        mla_dtype_name(c.dtype), (double)c.scale);
-    *out = c;
-    return MLA_OK;
-}
-
 static mla_status pick_kernels(const mla_kernels **k, const char **backend)
 {
     return mla_dispatch(MLA_OP_CONVERT, NULL, k, backend);
-}
-
-static int resolve_threads(int threads)
-{
-    return threads > 0 ? threads : mla_default_threads();
 }
 
 mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int64_t kv_c_stride,
@@ -89,10 +19,10 @@ mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int
 {
     static const char fn[] = "mla_concat_and_cache";
     mla_kv_cache c;
-    mla_status st = check_cache(fn, cache, &c);
+    mla_status st = mla_check_cache(fn, cache, &c);
     if (st != MLA_OK)
         return st;
-    if (!is_float(src_dtype))
+    if (!mla_dtype_is_float(src_dtype))
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: source dtype %s (need f32, bf16 or f16)", fn,
                         mla_dtype_name(src_dtype));
     if (kv_lora_rank < 1 || rope_dim < 0 || num_tokens < 0)
@@ -103,8 +33,8 @@ mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: kv_lora_rank + rope_dim = %lld + %lld is "
                         "not the cache width %lld", fn, (long long)kv_lora_rank,
                         (long long)rope_dim, (long long)c.width);
-    if ((st = check_rows(fn, "kv_c", kv_c, num_tokens, kv_c_stride, kv_lora_rank, src_dtype)) ||
-        (st = check_rows(fn, "k_pe", k_pe, num_tokens, k_pe_stride, rope_dim, src_dtype)))
+    if ((st = mla_check_rows(fn, "kv_c", kv_c, num_tokens, kv_c_stride, kv_lora_rank, src_dtype)) ||
+        (st = mla_check_rows(fn, "k_pe", k_pe, num_tokens, k_pe_stride, rope_dim, src_dtype)))
         return st;
     if (num_tokens > 0 && !slot_mapping)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: slot_mapping is NULL", fn);
@@ -120,7 +50,7 @@ mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int
     if ((st = pick_kernels(&k, &backend)) != MLA_OK)
         return st;
     mla_cache_write(k, &c, kv_c, kv_c_stride, k_pe, k_pe_stride, src_dtype, kv_lora_rank,
-                    slot_mapping, num_tokens, resolve_threads(threads));
+                    slot_mapping, num_tokens, mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
 }
@@ -213,17 +143,17 @@ mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *sp
 {
     static const char fn[] = "mla_gather_cache";
     mla_kv_cache c;
-    mla_status st = check_cache(fn, cache, &c);
+    mla_status st = mla_check_cache(fn, cache, &c);
     if (st != MLA_OK || (st = check_spec(fn, spec)) != MLA_OK)
         return st;
-    if (!is_float(dst_dtype))
+    if (!mla_dtype_is_float(dst_dtype))
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: workspace dtype %s (need f32, bf16 or f16; "
                         "mla_cp_gather_cache copies raw fp8)", fn, mla_dtype_name(dst_dtype));
     if (num_tokens < 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_tokens %lld < 0", fn, (long long)num_tokens);
     if (num_tokens > 0 && !token_to_seq)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: token_to_seq is NULL", fn);
-    if ((st = check_rows(fn, "dst", dst, num_tokens, dst_stride, c.width, dst_dtype)) != MLA_OK ||
+    if ((st = mla_check_rows(fn, "dst", dst, num_tokens, dst_stride, c.width, dst_dtype)) != MLA_OK ||
         (st = check_gather_rows(fn, &c, spec, token_to_seq, num_tokens)) != MLA_OK)
         return st;
     const mla_kernels *k;
@@ -231,7 +161,7 @@ mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *sp
     if ((st = pick_kernels(&k, &backend)) != MLA_OK)
         return st;
     mla_cache_gather(k, &c, spec, token_to_seq, num_tokens, dst, dst_dtype, dst_stride,
-                     resolve_threads(threads));
+                     mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
 }
@@ -268,18 +198,18 @@ mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec 
 {
     static const char fn[] = "mla_cp_gather_cache";
     mla_kv_cache c;
-    mla_status st = check_cache(fn, cache, &c);
+    mla_status st = mla_check_cache(fn, cache, &c);
     if (st != MLA_OK || (st = check_spec(fn, spec)) != MLA_OK ||
         (st = check_cp_requests(fn, &c, spec)) != MLA_OK)
         return st;
     int64_t rows = spec->cu_seq_lens[spec->num_reqs];
-    if ((st = check_rows(fn, "dst", dst, rows, dst_stride, c.width, c.dtype)) != MLA_OK)
+    if ((st = mla_check_rows(fn, "dst", dst, rows, dst_stride, c.width, c.dtype)) != MLA_OK)
         return st;
     const mla_kernels *k;
     const char *backend;
     if ((st = pick_kernels(&k, &backend)) != MLA_OK)
         return st;
-    mla_cache_cp_gather(k, &c, spec, dst, dst_stride, resolve_threads(threads));
+    mla_cache_cp_gather(k, &c, spec, dst, dst_stride, mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
 }

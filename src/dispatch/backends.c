@@ -21,7 +21,7 @@ static const mla_backend_desc builtin_backends[] = {
         .ops = ALL_OPS,
         .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
         .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
-        .kernels = MLA_KERNEL_TABLE(avx512),
+        .kernels = MLA_KERNEL_TABLE(avx512, .gemm_bf16dot = mla_gemm_bf16dot__avx512bf16),
     },
     {
         .name = "avx512",

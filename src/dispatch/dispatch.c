@@ -92,18 +92,22 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     e->desc.name = e->name;
     e->desc.isa = e->isa;
     mla_kernels *k = &e->desc.kernels;
-    k->cvt_bf16_f32 = k->cvt_bf16_f32 ? k->cvt_bf16_f32 : ref.cvt_bf16_f32;
-    k->cvt_f32_bf16 = k->cvt_f32_bf16 ? k->cvt_f32_bf16 : ref.cvt_f32_bf16;
-    k->cvt_f16_f32 = k->cvt_f16_f32 ? k->cvt_f16_f32 : ref.cvt_f16_f32;
-    k->cvt_f32_f16 = k->cvt_f32_f16 ? k->cvt_f32_f16 : ref.cvt_f32_f16;
-    k->exp_f32 = k->exp_f32 ? k->exp_f32 : ref.exp_f32;
-    k->fma_probe = k->fma_probe ? k->fma_probe : ref.fma_probe;
-    k->cvt_f32_e4m3 = k->cvt_f32_e4m3 ? k->cvt_f32_e4m3 : ref.cvt_f32_e4m3;
-    k->cvt_e4m3_f32 = k->cvt_e4m3_f32 ? k->cvt_e4m3_f32 : ref.cvt_e4m3_f32;
-    k->cvt_f32_e5m2 = k->cvt_f32_e5m2 ? k->cvt_f32_e5m2 : ref.cvt_f32_e5m2;
-    k->cvt_e5m2_f32 = k->cvt_e5m2_f32 ? k->cvt_e5m2_f32 : ref.cvt_e5m2_f32;
-    k->copy_stream = k->copy_stream ? k->copy_stream : ref.copy_stream;
-    k->store_fence = k->store_fence ? k->store_fence : ref.store_fence;
+#define INHERIT(f) k->f = k->f ? k->f : ref.f
+    INHERIT(cvt_bf16_f32);
+    INHERIT(cvt_f32_bf16);
+    INHERIT(cvt_f16_f32);
+    INHERIT(cvt_f32_f16);
+    INHERIT(exp_f32);
+    INHERIT(fma_probe);
+    INHERIT(cvt_f32_e4m3);
+    INHERIT(cvt_e4m3_f32);
+    INHERIT(cvt_f32_e5m2);
+    INHERIT(cvt_e5m2_f32);
+    INHERIT(copy_stream);
+    INHERIT(store_fence);
+    INHERIT(gemm_f32);
+    INHERIT(gemm_bf16);
+#undef INHERIT
 }
 
 /* A descriptor points at its entry's own name and isa arrays, so entries

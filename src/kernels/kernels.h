@@ -20,7 +20,13 @@
     void mla_cvt_f32_e5m2__##isa(const float *src, uint8_t *dst, int64_t n, float scale); \
     void mla_cvt_e5m2_f32__##isa(const uint8_t *src, float *dst, int64_t n, float scale); \
     void mla_copy_stream__##isa(void *dst, const void *src, int64_t bytes);                \
-    void mla_store_fence__##isa(void);
+    void mla_store_fence__##isa(void);                                                     \
+    void mla_gemm_f32__##isa(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,    \
+                             int64_t cs_a, const float *b, int64_t ldb, float *c, int64_t ldc, \
+                             const float *c_scale);                                            \
+    void mla_gemm_bf16__##isa(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,   \
+                              int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,          \
+                              int64_t ldc, const float *c_scale);
 
 MLA_DECLARE_KERNELS(ref)
 #if defined(__x86_64__)
@@ -30,8 +36,18 @@ MLA_DECLARE_KERNELS(avx512)
 MLA_DECLARE_KERNELS(neon)
 #endif
 
+/* The bf16 dot GEMM exists as the ref emulation and for AVX512_BF16 only. */
+void mla_gemm_bf16dot__ref(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
+                           int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
+                           const float *c_scale);
+#if defined(__x86_64__)
+void mla_gemm_bf16dot__avx512bf16(int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                                  int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
+                                  float *c, int64_t ldc, const float *c_scale);
+#endif
+
 /* The full table of one ISA, for designated initializers. */
-#define MLA_KERNEL_TABLE(isa)                                                         \
+#define MLA_KERNEL_TABLE(isa, ...)                                                         \
     {                                                                                 \
         .cvt_bf16_f32 = mla_cvt_bf16_f32__##isa, .cvt_f32_bf16 = mla_cvt_f32_bf16__##isa, \
         .cvt_f16_f32 = mla_cvt_f16_f32__##isa, .cvt_f32_f16 = mla_cvt_f32_f16__##isa,     \
@@ -39,6 +55,7 @@ MLA_DECLARE_KERNELS(neon)
         .cvt_f32_e4m3 = mla_cvt_f32_e4m3__##isa, .cvt_e4m3_f32 = mla_cvt_e4m3_f32__##isa, \
         .cvt_f32_e5m2 = mla_cvt_f32_e5m2__##isa, .cvt_e5m2_f32 = mla_cvt_e5m2_f32__##isa, \
         .copy_stream = mla_copy_stream__##isa, .store_fence = mla_store_fence__##isa,     \
+        .gemm_f32 = mla_gemm_f32__##isa, .gemm_bf16 = mla_gemm_bf16__##isa, __VA_ARGS__   \
     }
 
 #endif

@@ -300,7 +300,26 @@ static void build_invariant(const int32_t *lens, int64_t num_reqs, const sched_c
     }
 }
 
-/* ---- entry point ------------------------------------------------------------ */
+/* ---- entry points ----------------------------------------------------------- */
+
+mla_decode_sched_params mla_decode_sched_resolved(const mla_decode_sched_params *params)
+{
+    sched_cfg c = resolve_cfg(params);
+    return (mla_decode_sched_params){.num_parts = c.num_parts, .block_n = c.block_n,
+                                     .overhead = c.overhead, .split_blocks = c.split_blocks};
+}
+
+int64_t mla_decode_sched_slots(const int32_t *seq_lens, int64_t num_reqs,
+                               const mla_decode_sched_params *params)
+{
+    sched_cfg cfg = resolve_cfg(params);
+    if (cfg.split_blocks == 0)
+        return num_reqs > 0 ? num_reqs + cfg.num_parts - 1 : 0;
+    int64_t slots = 0;
+    for (int64_t b = 0; b < num_reqs; b++)
+        slots += split_count(seq_lens[b] > 0 ? seq_lens[b] : 0, &cfg);
+    return slots;
+}
 
 /* NULL params means every default, as does {.overhead = -1}. */
 mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,

@@ -1,0 +1,131 @@
+/*
+ * What mla_bench's commands share: their options, timing, the FMA peak and
+ * memcpy ceilings they report against, and the output table (bench_common.c).
+ * Each command lives in its own file; mla_bench.c parses the arguments and
+ * runs one.
+ */
+#ifndef MLA_BENCH_H
+#define MLA_BENCH_H
+
+#include <mla.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_REPS 1000
+
+typedef struct options {
+    const char *backend; /* NULL: every backend that can run here (decode: the selected one) */
+    int threads;         /* 0: 1 and mla_default_threads() (decode: the latter) */
+    int reps;
+    int64_t n;
+    int64_t tokens, block_size;   /* cache cases; block_size for decode too */
+    int cache_dtype, other_dtype; /* cache cases; -1: all (decode: bf16 cache) */
+    int64_t heads, batch, ctx, sq, kv_lora_rank, rope_dim; /* decode */
+    int q_dtype;                                           /* decode; -1: f32 */
+    bool scaling;                                          /* decode */
+    bool json;
+} options;
+
+/* One line of output. n and copy_gbps are 0 where they do not apply. */
+typedef struct row {
+    const char *op, *backend;
+    int threads;
+    int64_t n;
+    double median_us, gflops, gbps, peak_gflops, copy_gbps;
+} row;
+
+/* What a command covers, with the FMA peak of every (backend, threads) pair. */
+typedef struct plan {
+    const mla_backend_desc **backends;
+    int nbackends;
+    int threads[2];
+    int nthreads;
+    row *peaks; /* [backend * nthreads + thread index] */
+} plan;
+
+/* ---- helpers ---- */
+
+/* True if st is MLA_OK; otherwise prints the library's message. */
+bool check(mla_status st, const char *what);
+/* 64-byte aligned; NULL (after saying so) when out of memory. */
+void *alloc(size_t bytes);
+/* Billions of units per second (GFLOP/s, GB/s). */
+double giga_per_s(double units, double seconds);
+/* xorshift32: deterministic, so every run benchmarks the same layout. */
+uint32_t xorshift32(uint32_t *state);
+/* perm = a random permutation of 0 .. n-1 drawn from *rng. */
+void shuffle(int64_t *perm, int64_t n, uint32_t *rng);
+
+/* ---- timing ---- */
+
+/* One run of the code being timed; false (after printing why) if it failed. */
+typedef bool (*run_fn)(void *ctx);
+/* Median wall time of `reps` runs after one untimed run. */
+bool time_region(run_fn run, void *ctx, int reps, double *median_s);
+/* Median times of `run` and of `copy`, timed alternately rep by rep. */
+bool time_interleaved(run_fn run, void *ctx, run_fn copy, void *copy_ctx, int reps,
+                      double *median_s, double *copy_median_s);
+
+/* ---- output ---- */
+
+void print_header(bool json);
+void print_row(const row *r, bool json);
+
+/* ---- FMA peak ---- */
+
+/* A backend's FMA probe, `iters` rounds on each of `threads` threads. */
+typedef struct probe_run {
+    mla_fma_probe_fn probe;
+    int threads;
+    int64_t iters;
+    double flops; /* of the last run, all threads together */
+} probe_run;
+
+/* Iterations for one probe call to take about 30 ms on one thread. */
+int64_t calibrate_probe(mla_fma_probe_fn probe);
+/* A run_fn: every thread of the team probes at once. */
+bool run_probe(void *ctx);
+
+/* ---- memcpy bandwidth ---- */
+
+/* Writes each page from the thread that will use it (NUMA first touch). */
+void first_touch(char *buf, size_t bytes, int threads);
+
+typedef struct copy_run {
+    char *dst;
+    const char *src;
+    size_t bytes;
+    int threads;
+} copy_run;
+
+bool run_copy(void *ctx);
+/* memcpy of `bytes` split over `threads`; GB/s counts the read and the write. */
+row measure_copy(char *dst, const char *src, size_t bytes, int threads, int reps);
+
+/* ---- plan: backends, thread counts and their FMA peaks ---- */
+
+/* Backends from --backend, threads from --threads, then the FMA peak of
+ * every backend at every thread count. */
+bool make_plan(const options *o, plan *p);
+int most_threads(const plan *p);
+void free_plan(plan *p);
+
+/* ---- backends ---- */
+
+/* Forces `op` onto the backend named `name` (NULL: back to auto-selection). */
+bool force_backend(mla_op op, const char *name);
+/* False, after saying so, if the last op ran on another backend than b. */
+bool ran_on(const mla_backend_desc *b, const char *op);
+
+/* ---- commands: exit status 0 on success ---- */
+
+int cmd_peak(const options *o, const plan *p);     /* bench_convert.c */
+int cmd_convert(const options *o, const plan *p);  /* bench_convert.c */
+int cmd_metadata(const options *o, const plan *p); /* bench_metadata.c */
+int cmd_cache_write(const options *o, const plan *p);  /* bench_cache.c */
+int cmd_cache_gather(const options *o, const plan *p); /* bench_cache.c */
+int cmd_decode(const options *o, const plan *p);   /* bench_decode.c */
+
+#endif

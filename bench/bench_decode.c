@@ -1,0 +1,281 @@
+/*
+ * mla_bench decode: mla_decode (absorbed MLA over a paged latent cache)
+ * against the FMA peak of the backend that runs it, probed on as many
+ * threads alternately with it; with --scaling also on one thread, to see how
+ * closely the speedup follows the peak's.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* DeepSeek V3's: 192^-0.5 times the square of its YaRN mscale. */
+#define SOFTMAX_SCALE 0.1352f
+/* Random data in [-1, 1) is stored as [-50, 50]: well inside e4m3 and e5m2. */
+#define FP8_SCALE 0.02f
+/* The random fill converts through an f32 buffer of this many values. */
+#define FILL_CHUNK ((int64_t)1 << 20)
+
+/* The arithmetic the decode kernels run, which decides the peak to compare
+ * with. Today every backend widens q and the cache to f32 and multiplies with
+ * FMA, so the f32 FMA probe is the ceiling. When a kernel takes the bf16 route
+ * (vdpbf16ps: avx512_bf16 with bf16 q and cache), name it "bf16-dot" here and
+ * give it a bf16 peak probe. */
+static const char *decode_route(void)
+{
+    return "f32-fma";
+}
+
+typedef struct decode_bench {
+    mla_kv_cache cache;
+    int32_t *block_table; /* [batch, ceil(ctx / block_size)]: a shuffle of every block */
+    int32_t *seq_lens;    /* [batch]: all ctx */
+    void *q;              /* [batch * sq, heads, L + R] */
+    void *out;            /* [batch * sq, heads, L] */
+    void *workspace;
+    int64_t workspace_bytes;
+    mla_decode_args args;
+    int threads; /* of the next run */
+} decode_bench;
+
+/* Uniform in [-1, 1), a hash (splitmix64) of seed and index: the data is the
+ * same whatever the thread count that fills it. */
+static float uniform(uint64_t seed, int64_t i)
+{
+    uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    return (float)(z >> 40) * 0x1p-23f - 1.0f;
+}
+
+/* n random values in [-1, 1) stored as dtype (fp8: divided by scale). */
+static bool fill_random(void *dst, mla_dtype dtype, int64_t n, float scale, uint64_t seed,
+                        int threads)
+{
+    bool f32 = dtype == MLA_DTYPE_F32;
+    float *stage = f32 ? NULL : alloc(FILL_CHUNK * sizeof *stage);
+    bool ok = f32 || stage;
+    for (int64_t at = 0; ok && at < n; at += FILL_CHUNK) {
+        int64_t len = n - at < FILL_CHUNK ? n - at : FILL_CHUNK;
+        float *v = f32 ? (float *)dst + at : stage;
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t i = 0; i < len; i++)
+            v[i] = uniform(seed, at + i);
+        if (!f32)
+            ok = check(mla_convert_scaled(dtype, (char *)dst + at * mla_dtype_size(dtype),
+                                          MLA_DTYPE_F32, v, len, scale, threads),
+                       "mla_convert_scaled");
+    }
+    free(stage);
+    return ok;
+}
+
+static bool is_fp8(mla_dtype dtype)
+{
+    return dtype == MLA_DTYPE_FP8_E4M3 || dtype == MLA_DTYPE_FP8_E5M2;
+}
+
+/* The cache holds exactly the batch's blocks, handed out in shuffled order
+ * so that every request's rows are really scattered; the workspace fits a
+ * call on each of the thread counts, the last of which is the largest. */
+static bool decode_bench_init(decode_bench *db, const options *o, const mla_config *cfg,
+                              const int *threads, int nthreads)
+{
+    int64_t L = cfg->kv_lora_rank, R = cfg->rope_dim, W = L + R, H = cfg->num_heads;
+    int64_t bs = cfg->block_size, cols = (o->ctx + bs - 1) / bs, num_blocks = o->batch * cols;
+    int64_t tokens = o->batch * o->sq, q_size = mla_dtype_size(cfg->q_dtype);
+    *db = (decode_bench){0};
+    if (num_blocks > INT32_MAX) {
+        fprintf(stderr, "mla_bench: %lld cache blocks: block ids are int32\n", (long long)num_blocks);
+        return false;
+    }
+    db->cache = (mla_kv_cache){
+        .data = alloc((size_t)(num_blocks * bs * W * mla_dtype_size(cfg->cache_dtype))),
+        .dtype = cfg->cache_dtype, .num_blocks = num_blocks, .block_size = bs, .width = W,
+        .scale = is_fp8(cfg->cache_dtype) ? FP8_SCALE : 1.0f};
+    int64_t *perm = alloc((size_t)num_blocks * sizeof *perm);
+    db->block_table = alloc((size_t)num_blocks * sizeof *db->block_table);
+    db->seq_lens = alloc((size_t)o->batch * sizeof *db->seq_lens);
+    db->q = alloc((size_t)(tokens * H * W * q_size));
+    db->out = alloc((size_t)(tokens * H * L * q_size));
+    bool ok = db->cache.data && perm && db->block_table && db->seq_lens && db->q && db->out;
+    if (ok) {
+        uint32_t rng = 4242;
+        shuffle(perm, num_blocks, &rng);
+        for (int64_t i = 0; i < num_blocks; i++)
+            db->block_table[i] = (int32_t)perm[i];
+        for (int64_t b = 0; b < o->batch; b++)
+            db->seq_lens[b] = (int32_t)o->ctx;
+        int fill_threads = threads[nthreads - 1];
+        ok = fill_random(db->cache.data, cfg->cache_dtype, num_blocks * bs * W, db->cache.scale, 1,
+                         fill_threads) &&
+             fill_random(db->q, cfg->q_dtype, tokens * H * W, 1.0f, 2, fill_threads);
+    }
+    free(perm);
+    if (!ok)
+        return false;
+    /* one concatenated q [batch * sq, heads, L + R]: q_pe is q + L */
+    db->args = (mla_decode_args){
+        .num_reqs = o->batch, .s_q = o->sq, .num_heads = H, .kv_lora_rank = L, .rope_dim = R,
+        .scale = SOFTMAX_SCALE, .q_dtype = cfg->q_dtype,
+        .q_nope = db->q, .q_nope_token_stride = H * W, .q_nope_head_stride = W,
+        .q_pe = (char *)db->q + L * q_size, .q_pe_token_stride = H * W, .q_pe_head_stride = W,
+        .cache = &db->cache, .block_table = db->block_table, .block_table_cols = cols,
+        .seq_lens = db->seq_lens, .out = db->out, .out_token_stride = H * L, .out_head_stride = L};
+    for (int t = 0; t < nthreads; t++) {
+        int64_t bytes;
+        if (!check(mla_decode_workspace_size(&db->args, threads[t], &bytes),
+                   "mla_decode_workspace_size"))
+            return false;
+        if (bytes > db->workspace_bytes)
+            db->workspace_bytes = bytes;
+    }
+    db->workspace = alloc((size_t)db->workspace_bytes);
+    return db->workspace != NULL;
+}
+
+static void decode_bench_free(decode_bench *db)
+{
+    free(db->cache.data);
+    free(db->block_table);
+    free(db->seq_lens);
+    free(db->q);
+    free(db->out);
+    free(db->workspace);
+}
+
+static bool run_decode(void *ctx)
+{
+    const decode_bench *db = ctx;
+    return check(mla_decode(&db->args, db->workspace, db->workspace_bytes, db->threads),
+                 "mla_decode");
+}
+
+/* Keys the queries of one request see together: query i of sq sees cache
+ * rows j <= ctx - sq + i (causal, aligned to the end). */
+static double visible_keys(int64_t ctx, int64_t sq)
+{
+    double keys = 0;
+    for (int64_t i = 0; i < sq; i++)
+        keys += ctx - sq + 1 + i > 0 ? (double)(ctx - sq + 1 + i) : 0;
+    return keys;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static void print_decode_header(bool json)
+{
+    if (!json)
+        printf("%-6s %-12s %-8s %7s %5s %5s %8s %4s %-4s %-8s %4s %11s %9s %9s %8s %9s %6s\n", "op",
+               "backend", "route", "threads", "batch", "heads", "ctx", "sq", "q", "cache", "bs",
+               "median_us", "GFLOP/s", "cache_MB", "GB/s", "peak", "%peak");
+}
+
+/* The keys every decode JSON object shares after "threads". */
+static void print_config_json(const options *o, const mla_config *cfg)
+{
+    printf(",\"batch\":%lld,\"heads\":%lld,\"ctx\":%lld,\"sq\":%lld,\"q_dtype\":\"%s\","
+           "\"cache_dtype\":\"%s\",\"block_size\":%lld,\"kv_lora_rank\":%lld,\"rope_dim\":%lld",
+           (long long)o->batch, (long long)cfg->num_heads, (long long)o->ctx, (long long)o->sq,
+           mla_dtype_name(cfg->q_dtype), mla_dtype_name(cfg->cache_dtype),
+           (long long)cfg->block_size, (long long)cfg->kv_lora_rank, (long long)cfg->rope_dim);
+}
+
+static void print_decode_row(const options *o, const mla_config *cfg, const char *backend,
+                             int threads, double seconds, double flops, double bytes, double peak)
+{
+    double gflops = giga_per_s(flops, seconds), gbps = giga_per_s(bytes, seconds);
+    double pct_peak = peak > 0 ? 100 * gflops / peak : 0;
+    if (o->json) {
+        printf("{\"op\":\"decode\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d", backend,
+               decode_route(), threads);
+        print_config_json(o, cfg);
+        printf(",\"median_us\":%.3f,\"gflops\":%.3f,\"bytes\":%.0f,\"gbps\":%.3f,"
+               "\"peak_gflops\":%.3f,\"pct_peak\":%.2f}\n",
+               seconds * 1e6, gflops, bytes, gbps, peak, pct_peak);
+        return;
+    }
+    printf("%-6s %-12s %-8s %7d %5lld %5lld %8lld %4lld %-4s %-8s %4lld %11.1f %9.2f %9.2f %8.2f "
+           "%9.2f %6.1f\n",
+           "decode", backend, decode_route(), threads, (long long)o->batch,
+           (long long)cfg->num_heads, (long long)o->ctx, (long long)o->sq,
+           mla_dtype_name(cfg->q_dtype), mla_dtype_name(cfg->cache_dtype),
+           (long long)cfg->block_size, seconds * 1e6, gflops, bytes / 1e6, gbps, peak, pct_peak);
+}
+
+/* How close the speedup from 1 to T threads comes to the FMA peak's. */
+static void print_scaling(const options *o, const mla_config *cfg, const char *backend,
+                          const int threads[2], const double seconds[2], const double peak[2])
+{
+    double speedup = seconds[0] / seconds[1], peak_ratio = peak[1] / peak[0];
+    if (o->json) {
+        printf("{\"op\":\"decode_scaling\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d",
+               backend, decode_route(), threads[1]);
+        print_config_json(o, cfg);
+        printf(",\"t1_us\":%.3f,\"tT_us\":%.3f,\"speedup\":%.3f,\"peak1_gflops\":%.3f,"
+               "\"peakT_gflops\":%.3f,\"peak_ratio\":%.3f,\"speedup_vs_peak\":%.3f}\n",
+               seconds[0] * 1e6, seconds[1] * 1e6, speedup, peak[0], peak[1], peak_ratio,
+               speedup / peak_ratio);
+        return;
+    }
+    printf("\nscaling on %s, %d -> %d threads: speedup %.2f (t1/tT), peak ratio %.2f "
+           "(peakT/peak1), speedup / peak ratio %.3f\n",
+           backend, threads[0], threads[1], speedup, peak_ratio, speedup / peak_ratio);
+}
+
+/* ---- command ------------------------------------------------------------------- */
+
+/* Times decode on each thread count with b's FMA probe on as many threads,
+ * alternately rep by rep: on a shared host both then see the same
+ * neighbours and clocks, so t1/tT meets the peak ratio of the same moments. */
+static bool time_decode(const options *o, const mla_config *cfg, const mla_backend_desc *b,
+                        decode_bench *db, const int *threads, int nthreads)
+{
+    double flops = 2.0 * (double)(o->batch * cfg->num_heads) * visible_keys(o->ctx, o->sq) *
+                   (double)(2 * cfg->kv_lora_rank + cfg->rope_dim);
+    double bytes = (double)(o->batch * o->ctx * (cfg->kv_lora_rank + cfg->rope_dim) *
+                            mla_dtype_size(cfg->cache_dtype));
+    double seconds[2], peak[2];
+    probe_run probe = {.probe = b->kernels.fma_probe};
+    probe.iters = calibrate_probe(probe.probe);
+    print_decode_header(o->json);
+    for (int t = 0; t < nthreads; t++) {
+        double probe_s;
+        db->threads = probe.threads = threads[t];
+        if (!time_interleaved(run_decode, db, run_probe, &probe, o->reps, &seconds[t], &probe_s) ||
+            !ran_on(b, "decode"))
+            return false;
+        peak[t] = giga_per_s(probe.flops, probe_s);
+        print_decode_row(o, cfg, b->name, threads[t], seconds[t], flops, bytes, peak[t]);
+    }
+    if (o->scaling)
+        print_scaling(o, cfg, b->name, threads, seconds, peak);
+    return true;
+}
+
+int cmd_decode(const options *o, const plan *unused)
+{
+    (void)unused; /* decode measures its own backend's peak, alongside it */
+    mla_config cfg = {.q_dtype = o->q_dtype < 0 ? MLA_DTYPE_F32 : (mla_dtype)o->q_dtype,
+                      .cache_dtype = o->cache_dtype < 0 ? MLA_DTYPE_BF16 : (mla_dtype)o->cache_dtype,
+                      .kv_lora_rank = o->kv_lora_rank, .rope_dim = o->rope_dim,
+                      .num_heads = o->heads, .block_size = o->block_size};
+    int threads[2], nthreads = 0;
+    if (o->scaling)
+        threads[nthreads++] = 1;
+    threads[nthreads++] = o->threads > 0 ? o->threads : mla_default_threads();
+
+    /* The selected backend is forced, so the one whose peak is measured is
+     * the one that runs. */
+    const mla_backend_desc *b;
+    decode_bench db = {0};
+    bool ok = (!o->backend || force_backend(MLA_OP_DECODE, o->backend)) &&
+              check(mla_select_backend(MLA_OP_DECODE, &cfg, &b), "mla_select_backend") &&
+              force_backend(MLA_OP_DECODE, b->name) &&
+              decode_bench_init(&db, o, &cfg, threads, nthreads) &&
+              time_decode(o, &cfg, b, &db, threads, nthreads);
+    ok = force_backend(MLA_OP_DECODE, NULL) && ok;
+    decode_bench_free(&db);
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,405 @@
+/* Public absorbed decode (SPEC §1.6, §5): check every argument and every
+ * block id the call will read -> build the split-KV schedule in the
+ * workspace -> pick the MLA_OP_DECODE backend -> run the driver. */
+#include "checks.h"
+#include "dispatch.h"
+#include "error.h"
+#include "kernels/common/absorb.h"
+#include "kernels/common/decode.h"
+#include "metadata/metadata.h"
+
+#include <math.h>
+
+#define ALIGN 64
+/* mla_build_decode_sched's limit, checked here before sizes are formed */
+#define MAX_PARTS (INT64_C(1) << 20)
+
+/* A [tokens, heads, width] view with token and head strides: strides >= 0,
+ * the span fits int64_t; when `rows_disjoint`, no two (token, head) rows
+ * overlap (heads inside tokens, or tokens inside heads). */
+static mla_status check_view(const char *fn, const char *what, const void *p, int64_t tokens,
+                             int64_t heads, int64_t width, int64_t token_stride, int64_t head_stride,
+                             mla_dtype dtype, bool rows_disjoint)
+{
+    if (tokens == 0 || width == 0)
+        return MLA_OK;
+    if (!p)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
+    if (token_stride < 0 || head_stride < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s strides %lld, %lld are negative", fn,
+                        what, (long long)token_stride, (long long)head_stride);
+    int64_t last, span;
+    if (__builtin_mul_overflow(tokens - 1, token_stride, &last) ||
+        __builtin_mul_overflow(heads - 1, head_stride, &span) ||
+        __builtin_add_overflow(last, span, &last) || __builtin_add_overflow(last, width, &last) ||
+        !mla_mul_size(last, mla_dtype_size(dtype), &span))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: %s of %lld tokens x %lld heads overflows", fn, what,
+                        (long long)tokens, (long long)heads);
+    if (!rows_disjoint)
+        return MLA_OK;
+    bool heads_inside = (heads == 1 || head_stride >= width) &&
+                        (tokens == 1 || token_stride >= (heads - 1) * head_stride + width);
+    bool tokens_inside = (tokens == 1 || token_stride >= width) &&
+                         (heads == 1 || head_stride >= (tokens - 1) * token_stride + width);
+    if (!heads_inside && !tokens_inside)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s rows overlap (token stride %lld, head "
+                        "stride %lld, width %lld)", fn, what, (long long)token_stride,
+                        (long long)head_stride, (long long)width);
+    return MLA_OK;
+}
+
+/* Every request's length fits its block table row, and every block id the
+ * call will read (columns below ceil(len / block_size)) is a cache block. */
+static mla_status check_requests(const char *fn, const mla_decode_args *a, const mla_kv_cache *c)
+{
+    for (int64_t b = 0; b < a->num_reqs; b++) {
+        int64_t len = a->seq_lens[b], cols = (len + c->block_size - 1) / c->block_size;
+        if (len < 0)
+            return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%lld] = %lld is negative", fn,
+                            (long long)b, (long long)len);
+        if (cols > a->block_table_cols)
+            return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: seq_lens[%lld] = %lld needs %lld blocks of "
+                            "%lld, past block_table_cols %lld", fn, (long long)b, (long long)len,
+                            (long long)cols, (long long)c->block_size,
+                            (long long)a->block_table_cols);
+        for (int64_t col = 0; col < cols; col++) {
+            int32_t blk = a->block_table[b * a->block_table_cols + col];
+            if (blk < 0 || blk >= c->num_blocks)
+                return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: block_table[%lld][%lld] = %d is outside "
+                                "[0, %lld)", fn, (long long)b, (long long)col, blk,
+                                (long long)c->num_blocks);
+        }
+    }
+    return MLA_OK;
+}
+
+static mla_status check_args(const char *fn, const mla_decode_args *a, mla_kv_cache *c)
+{
+    if (!a)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
+    if (a->num_reqs < 0 || a->s_q < 1 || a->num_heads < 1 || a->kv_lora_rank < 1 || a->rope_dim < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs %lld, s_q %lld, num_heads %lld, "
+                        "kv_lora_rank %lld, rope_dim %lld (need >= 0, >= 1, >= 1, >= 1, >= 0)", fn,
+                        (long long)a->num_reqs, (long long)a->s_q, (long long)a->num_heads,
+                        (long long)a->kv_lora_rank, (long long)a->rope_dim);
+    if (!mla_dtype_is_float(a->q_dtype))
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: q dtype %s (need f32, bf16 or f16)", fn,
+                        mla_dtype_name(a->q_dtype));
+    if (!isfinite(a->scale))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: scale %g is not finite", fn, (double)a->scale);
+    mla_status st = mla_check_cache(fn, a->cache, c);
+    if (st != MLA_OK)
+        return st;
+    if (a->kv_lora_rank > c->width || a->rope_dim != c->width - a->kv_lora_rank)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: kv_lora_rank + rope_dim = %lld + %lld is not "
+                        "the cache width %lld", fn, (long long)a->kv_lora_rank,
+                        (long long)a->rope_dim, (long long)c->width);
+    int64_t tokens, rows;
+    if (!mla_mul_size(a->num_reqs, a->s_q, &tokens) || !mla_mul_size(a->s_q, a->num_heads, &rows) ||
+        !mla_mul_size(tokens, a->num_heads, &rows))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: num_reqs x s_q x num_heads overflows", fn);
+    if ((st = check_view(fn, "q_nope", a->q_nope, tokens, a->num_heads, a->kv_lora_rank,
+                         a->q_nope_token_stride, a->q_nope_head_stride, a->q_dtype, false)) ||
+        (st = check_view(fn, "q_pe", a->q_pe, tokens, a->num_heads, a->rope_dim,
+                         a->q_pe_token_stride, a->q_pe_head_stride, a->q_dtype, false)) ||
+        (st = check_view(fn, "out", a->out, tokens, a->num_heads, a->kv_lora_rank,
+                         a->out_token_stride, a->out_head_stride, a->q_dtype, true)))
+        return st;
+    if (a->num_reqs > 0 && !a->seq_lens)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens is NULL", fn);
+    if (a->block_table_cols < 0 || (a->num_reqs > 0 && a->block_table_cols > 0 && !a->block_table))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: block_table %s", fn,
+                        a->block_table_cols < 0 ? "has negative cols" : "is NULL");
+    int64_t cells;
+    if (!mla_mul_size(a->num_reqs, a->block_table_cols, &cells))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: block_table of %lld x %lld overflows", fn,
+                        (long long)a->num_reqs, (long long)a->block_table_cols);
+    return check_requests(fn, a, c);
+}
+
+/* The schedule parameters of a call, resolved: the caller's, with one part
+ * per thread unless it says otherwise. */
+static mla_decode_sched_params sched_params(const mla_decode_args *a, int threads)
+{
+    mla_decode_sched_params p = a->sched ? *a->sched : (mla_decode_sched_params){.overhead = -1};
+    if (p.num_parts <= 0)
+        p.num_parts = threads;
+    return mla_decode_sched_resolved(&p);
+}
+
+/* Workspace = [parts | split_prefix | driver scratch], each 64-byte aligned
+ * from an aligned base. */
+typedef struct ws_layout {
+    int64_t parts_bytes, prefix_bytes, driver_bytes, total;
+} ws_layout;
+
+static int64_t round_up(int64_t x, int64_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+static mla_status layout_of(const char *fn, const mla_decode_args *a, const mla_decode_sched_params *p,
+                            int threads, ws_layout *w)
+{
+    int64_t slots = mla_decode_sched_slots(a->seq_lens, a->num_reqs, p);
+    if (p->num_parts > MAX_PARTS)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: sched num_parts = %lld exceeds %lld", fn,
+                        (long long)p->num_parts, (long long)MAX_PARTS);
+    if (!mla_decode_workspace(a, slots, threads, &w->driver_bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace for %lld split slots overflows", fn,
+                        (long long)slots);
+    w->parts_bytes = round_up(p->num_parts * (int64_t)sizeof(mla_sched_part), ALIGN);
+    w->prefix_bytes = round_up((a->num_reqs + 1) * (int64_t)sizeof(int32_t), ALIGN);
+    w->total = ALIGN + w->parts_bytes + w->prefix_bytes;
+    if (__builtin_add_overflow(w->total, w->driver_bytes, &w->total))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
+    return MLA_OK;
+}
+
+static mla_status check_workspace(const char *fn, const void *workspace, int64_t bytes, int64_t need)
+{
+    if (!workspace)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: workspace is NULL", fn);
+    if (bytes < need)
+        return mla_fail(MLA_ERR_CAPACITY, "%s: workspace of %lld bytes, need %lld (its "
+                        "*_workspace_size query)", fn, (long long)bytes, (long long)need);
+    return MLA_OK;
+}
+
+/* Builds the schedule at the start of the workspace (any alignment, sized
+ * by layout_of) and runs the driver behind it. */
+static mla_status run_decode(const char *fn, const mla_decode_args *a, const mla_kv_cache *c,
+                             const mla_kernels *k, void *workspace, int threads)
+{
+    mla_decode_sched_params p = sched_params(a, threads);
+    ws_layout w;
+    mla_status st = layout_of(fn, a, &p, threads, &w);
+    if (st != MLA_OK)
+        return st;
+    char *base = (char *)(((uintptr_t)workspace + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    mla_sched_part *parts = (mla_sched_part *)base;
+    int32_t *prefix = (int32_t *)(base + w.parts_bytes);
+    int64_t num_parts;
+    if ((st = mla_build_decode_sched(a->seq_lens, a->num_reqs, &p, parts, p.num_parts, &num_parts,
+                                     prefix)) != MLA_OK)
+        return st;
+    mla_decode_run(k, a, c, parts, num_parts, prefix, p.block_n, p.split_blocks,
+                   base + w.parts_bytes + w.prefix_bytes, threads);
+    return MLA_OK;
+}
+
+mla_status mla_decode_workspace_size(const mla_decode_args *args, int threads, int64_t *bytes)
+{
+    static const char fn[] = "mla_decode_workspace_size";
+    mla_kv_cache c;
+    mla_status st = check_args(fn, args, &c);
+    if (st != MLA_OK)
+        return st;
+    if (!bytes)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
+    int t = mla_resolve_threads(threads);
+    mla_decode_sched_params p = sched_params(args, t);
+    ws_layout w;
+    if ((st = layout_of(fn, args, &p, t, &w)) != MLA_OK)
+        return st;
+    *bytes = w.total;
+    return MLA_OK;
+}
+
+mla_status mla_decode(const mla_decode_args *args, void *workspace, int64_t workspace_bytes,
+                      int threads)
+{
+    static const char fn[] = "mla_decode";
+    mla_kv_cache c;
+    mla_status st = check_args(fn, args, &c);
+    if (st != MLA_OK)
+        return st;
+    int t = mla_resolve_threads(threads);
+    mla_decode_sched_params p = sched_params(args, t);
+    ws_layout w;
+    if ((st = layout_of(fn, args, &p, t, &w)) != MLA_OK)
+        return st;
+    if ((st = check_workspace(fn, workspace, workspace_bytes, w.total)) != MLA_OK)
+        return st;
+    mla_config cfg = {.q_dtype = args->q_dtype, .cache_dtype = c.dtype,
+                      .kv_lora_rank = args->kv_lora_rank, .rope_dim = args->rope_dim,
+                      .num_heads = args->num_heads, .block_size = c.block_size};
+    const mla_kernels *k;
+    const char *backend;
+    if ((st = mla_dispatch(MLA_OP_DECODE, &cfg, &k, &backend)) != MLA_OK)
+        return st;
+    if ((st = run_decode(fn, args, &c, k, workspace, t)) != MLA_OK)
+        return st;
+    mla_note_backend(backend);
+    return MLA_OK;
+}
+
+/* ---- weight preparation and the absorbed forward ---------------------------- */
+
+mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtype, int64_t num_heads,
+                               int64_t kv_lora_rank, int64_t qk_nope_dim, int64_t v_head_dim,
+                               void *w_uk_t, void *w_uv, mla_dtype w_dtype, int threads)
+{
+    static const char fn[] = "mla_prepare_weights";
+    if (num_heads < 1 || kv_lora_rank < 1 || qk_nope_dim < 1 || v_head_dim < 1)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_heads %lld, kv_lora_rank %lld, "
+                        "qk_nope_dim %lld, v_head_dim %lld (need >= 1)", fn, (long long)num_heads,
+                        (long long)kv_lora_rank, (long long)qk_nope_dim, (long long)v_head_dim);
+    if (!mla_dtype_is_float(src_dtype))
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: kv_b_proj dtype %s (need f32, bf16 or f16)", fn,
+                        mla_dtype_name(src_dtype));
+    if (w_dtype != MLA_DTYPE_F32 && w_dtype != MLA_DTYPE_BF16)
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: weight dtype %s (need f32 or bf16)", fn,
+                        mla_dtype_name(w_dtype));
+    if (!kv_b_proj || !w_uk_t || !w_uv)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                        !kv_b_proj ? "kv_b_proj" : !w_uk_t ? "w_uk_t" : "w_uv");
+    int64_t rows, elems, bytes;
+    if (__builtin_add_overflow(qk_nope_dim, v_head_dim, &rows) || !mla_mul_size(rows, num_heads, &rows) ||
+        !mla_mul_size(rows, kv_lora_rank, &elems) || !mla_mul_size(elems, 4, &bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: kv_b_proj of %lld heads overflows", fn,
+                        (long long)num_heads);
+    const mla_kernels *k;
+    const char *backend;
+    mla_status st = mla_dispatch(MLA_OP_CONVERT, NULL, &k, &backend);
+    if (st != MLA_OK)
+        return st;
+    mla_absorb_prepare_weights(k, kv_b_proj, src_dtype, num_heads, kv_lora_rank, qk_nope_dim,
+                               v_head_dim, w_uk_t, w_uv, w_dtype, mla_resolve_threads(threads));
+    mla_note_backend(backend);
+    return MLA_OK;
+}
+
+/* The attention of a forward call, over q_lat [Td, H, L+R] into o_lat
+ * [Td, H, L], both dense in the activation dtype. */
+static mla_decode_args forward_attention(const mla_decode_forward_args *f, const void *q_lat,
+                                         void *o_lat)
+{
+    mla_decode_args a = f->attn;
+    int64_t lat = a.kv_lora_rank + a.rope_dim;
+    a.q_nope = q_lat;
+    a.q_pe = q_lat ? (const char *)q_lat + a.kv_lora_rank * mla_dtype_size(a.q_dtype) : NULL;
+    a.q_nope_token_stride = a.q_pe_token_stride = a.num_heads * lat;
+    a.q_nope_head_stride = a.q_pe_head_stride = lat;
+    a.out = o_lat;
+    a.out_token_stride = a.num_heads * a.kv_lora_rank;
+    a.out_head_stride = a.kv_lora_rank;
+    return a;
+}
+
+/* Workspace of a forward call = [q_lat | o_lat | GEMM scratch per thread |
+ * decode workspace]; sizes in bytes, 64-byte multiples. */
+typedef struct forward_layout {
+    int64_t q_lat, o_lat, gemm, decode, total;
+} forward_layout;
+
+/* bytes = a * b * c * d rounded up to ALIGN; false on overflow. */
+static bool region_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *bytes)
+{
+    int64_t x;
+    if (!mla_mul_size(a, b, &x) || !mla_mul_size(x, c, &x) || !mla_mul_size(x, d, &x) ||
+        x > INT64_MAX - ALIGN)
+        return false;
+    *bytes = round_up(x, ALIGN);
+    return true;
+}
+
+static mla_status check_forward(const char *fn, const mla_decode_forward_args *f, int threads,
+                                forward_layout *w)
+{
+    if (!f)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
+    const mla_decode_args *a = &f->attn;
+    if (f->qk_nope_dim < 1 || f->v_head_dim < 1)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: qk_nope_dim %lld, v_head_dim %lld (need >= 1)",
+                        fn, (long long)f->qk_nope_dim, (long long)f->v_head_dim);
+    if (f->w_dtype != MLA_DTYPE_F32 && f->w_dtype != MLA_DTYPE_BF16)
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: weight dtype %s (need f32 or bf16)", fn,
+                        mla_dtype_name(f->w_dtype));
+    if (!f->w_uk_t || !f->w_uv)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, f->w_uk_t ? "w_uv" : "w_uk_t");
+    if (a->num_reqs > 0 && (!f->q || !f->out))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, f->q ? "out" : "q");
+    /* the attention part, at stand-in pointers with the workspace's layout */
+    mla_decode_args stand_in = forward_attention(f, f->q, f->out);
+    mla_kv_cache c;
+    mla_status st = check_args(fn, &stand_in, &c);
+    if (st != MLA_OK)
+        return st;
+    int64_t tokens = a->num_reqs * a->s_q, width, heads_v;
+    if (!mla_mul_size(a->num_heads, f->v_head_dim, &heads_v) ||
+        __builtin_add_overflow(f->qk_nope_dim, a->rope_dim, &width))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: num_heads x v_head_dim overflows", fn);
+    if ((st = check_view(fn, "q", f->q, tokens, a->num_heads, width, f->q_token_stride,
+                         f->q_head_stride, a->q_dtype, false)) ||
+        (st = mla_check_rows(fn, "out", f->out, tokens, f->out_token_stride, heads_v, a->q_dtype)))
+        return st;
+    mla_absorb_shape s = {.tokens = tokens, .heads = a->num_heads, .L = a->kv_lora_rank,
+                          .R = a->rope_dim, .P = f->qk_nope_dim, .V = f->v_head_dim};
+    mla_decode_sched_params p = sched_params(&stand_in, threads);
+    ws_layout dw;
+    if ((st = layout_of(fn, &stand_in, &p, threads, &dw)) != MLA_OK)
+        return st;
+    int64_t size = mla_dtype_size(a->q_dtype), lat = a->kv_lora_rank + a->rope_dim;
+    if (!region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
+        !region_bytes(tokens, a->num_heads, a->kv_lora_rank, size, &w->o_lat) ||
+        (f->qk_nope_dim > INT64_MAX / 4 || f->v_head_dim > INT64_MAX / 4) ||
+        !region_bytes(mla_absorb_scratch_floats(&s), threads, sizeof(float), 1, &w->gemm) ||
+        __builtin_add_overflow(ALIGN + w->q_lat, w->o_lat, &w->total) ||
+        __builtin_add_overflow(w->total, w->gemm, &w->total) ||
+        __builtin_add_overflow(w->total, dw.total, &w->total))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
+    w->decode = dw.total;
+    return MLA_OK;
+}
+
+mla_status mla_decode_forward_workspace_size(const mla_decode_forward_args *args, int threads,
+                                             int64_t *bytes)
+{
+    static const char fn[] = "mla_decode_forward_workspace_size";
+    forward_layout w;
+    mla_status st = check_forward(fn, args, mla_resolve_threads(threads), &w);
+    if (st != MLA_OK)
+        return st;
+    if (!bytes)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
+    *bytes = w.total;
+    return MLA_OK;
+}
+
+mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspace,
+                              int64_t workspace_bytes, int threads)
+{
+    static const char fn[] = "mla_decode_forward";
+    int t = mla_resolve_threads(threads);
+    forward_layout w;
+    mla_status st = check_forward(fn, args, t, &w);
+    if (st != MLA_OK)
+        return st;
+    if ((st = check_workspace(fn, workspace, workspace_bytes, w.total)) != MLA_OK)
+        return st;
+    char *base = (char *)(((uintptr_t)workspace + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    void *q_lat = base, *o_lat = base + w.q_lat;
+    float *scratch = (float *)(base + w.q_lat + w.o_lat);
+    mla_decode_args attn = forward_attention(args, q_lat, o_lat);
+    mla_kv_cache c;
+    mla_check_cache(fn, attn.cache, &c); /* checked above: resolves the strides */
+    mla_config cfg = {.q_dtype = attn.q_dtype, .cache_dtype = c.dtype,
+                      .kv_lora_rank = attn.kv_lora_rank, .rope_dim = attn.rope_dim,
+                      .num_heads = attn.num_heads, .block_size = c.block_size};
+    const mla_kernels *k;
+    const char *backend;
+    if ((st = mla_dispatch(MLA_OP_DECODE, &cfg, &k, &backend)) != MLA_OK)
+        return st;
+    mla_absorb_shape s = {.tokens = attn.num_reqs * attn.s_q, .heads = attn.num_heads,
+                          .L = attn.kv_lora_rank, .R = attn.rope_dim, .P = args->qk_nope_dim,
+                          .V = args->v_head_dim};
+    mla_absorb_queries(k, &s, args->q, args->q_token_stride, args->q_head_stride, attn.q_dtype,
+                       args->w_uk_t, args->w_dtype, q_lat, scratch, t);
+    if ((st = run_decode(fn, &attn, &c, k, base + w.q_lat + w.o_lat + w.gemm, t)) != MLA_OK)
+        return st;
+    mla_absorb_values(k, &s, o_lat, args->w_uv, args->w_dtype, args->out, args->out_token_stride,
+                      attn.q_dtype, scratch, t);
+    mla_note_backend(backend);
+    return MLA_OK;
+}

@@ -1,0 +1,77 @@
+/* Argument checks shared by the public entry points: each returns MLA_OK or
+ * records a message naming the function and the argument (error.h). */
+#include "checks.h"
+
+#include "dispatch.h"
+#include "error.h"
+
+bool mla_dtype_is_float(mla_dtype dtype)
+{
+    return dtype == MLA_DTYPE_F32 || dtype == MLA_DTYPE_BF16 || dtype == MLA_DTYPE_F16;
+}
+
+/* Bytes spanned by `rows` rows of `width` elements, `stride` apart; false on
+ * overflow. */
+bool mla_span_bytes(int64_t rows, int64_t stride, int64_t width, int64_t elem_size, int64_t *bytes)
+{
+    int64_t elems = 0;
+    if (rows > 0 && (__builtin_mul_overflow(rows - 1, stride, &elems) ||
+                     __builtin_add_overflow(elems, width, &elems)))
+        return false;
+    return mla_mul_size(elems, elem_size, bytes);
+}
+
+/* A row-major operand of `rows` rows: non-NULL when it has rows, a stride of
+ * at least `width`, a span that fits int64_t. */
+mla_status mla_check_rows(const char *fn, const char *what, const void *p, int64_t rows,
+                          int64_t stride, int64_t width, mla_dtype dtype)
+{
+    int64_t bytes;
+    if (rows > 0 && width > 0 && !p)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
+    if (stride < width)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld < row width %lld", fn,
+                        what, (long long)stride, (long long)width);
+    if (!mla_span_bytes(rows, stride, width, mla_dtype_size(dtype), &bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: %s of %lld rows x stride %lld overflows", fn, what,
+                        (long long)rows, (long long)stride);
+    return MLA_OK;
+}
+
+/* Checks the cache and resolves its zero (dense) strides into *out. */
+mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cache *out)
+{
+    if (!cache || !cache->data)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: cache%s is NULL", fn, cache ? " data" : "");
+    mla_kv_cache c = *cache;
+    if ((unsigned)c.dtype >= MLA_DTYPE_COUNT)
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: cache dtype %d is not an mla_dtype", fn, (int)c.dtype);
+    if (c.num_blocks < 0 || c.block_size < 1 || c.width < 1)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: cache num_blocks %lld, block_size %lld, "
+                        "width %lld (need >= 0, >= 1, >= 1)", fn, (long long)c.num_blocks,
+                        (long long)c.block_size, (long long)c.width);
+    if (c.entry_stride == 0)
+        c.entry_stride = c.width;
+    if (c.block_stride == 0 && __builtin_mul_overflow(c.block_size, c.entry_stride, &c.block_stride))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: cache block_size x entry_stride overflows", fn);
+    int64_t block_span, bytes;
+    if (!mla_span_bytes(c.block_size, c.entry_stride, c.width, 1, &block_span) ||
+        !mla_span_bytes(c.num_blocks, c.block_stride, block_span, mla_dtype_size(c.dtype), &bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: cache of %lld blocks x stride %lld overflows", fn,
+                        (long long)c.num_blocks, (long long)c.block_stride);
+    if (c.entry_stride < c.width || (c.num_blocks > 1 && c.block_stride < block_span))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: cache rows overlap (entry_stride %lld, "
+                        "block_stride %lld for width %lld, block_size %lld)", fn,
+                        (long long)c.entry_stride, (long long)c.block_stride, (long long)c.width,
+                        (long long)c.block_size);
+    if (mla_dtype_is_fp8(c.dtype) && !mla_fp8_scale_ok(c.scale))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s cache scale %g is not finite and > 0", fn,
+                        mla_dtype_name(c.dtype), (double)c.scale);
+    *out = c;
+    return MLA_OK;
+}
+
+int mla_resolve_threads(int threads)
+{
+    return threads > 0 ? threads : mla_default_threads();
+}

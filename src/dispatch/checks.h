@@ -1,0 +1,26 @@
+/* Argument checks shared by the public entry points. */
+#ifndef MLA_DISPATCH_CHECKS_H
+#define MLA_DISPATCH_CHECKS_H
+
+#include "mla.h"
+
+/* f32, bf16 or f16: the dtypes activations (q, kv_c, workspaces) may have. */
+bool mla_dtype_is_float(mla_dtype dtype);
+
+/* Bytes spanned by `rows` rows of `width` elements, `stride` apart; false on
+ * overflow. */
+bool mla_span_bytes(int64_t rows, int64_t stride, int64_t width, int64_t elem_size, int64_t *bytes);
+
+/* A row-major operand of `rows` rows: non-NULL when it has rows, a stride of
+ * at least `width`, a span that fits int64_t. */
+mla_status mla_check_rows(const char *fn, const char *what, const void *p, int64_t rows,
+                          int64_t stride, int64_t width, mla_dtype dtype);
+
+/* Checks a cache and copies it to *out with its zero (dense) strides
+ * resolved. */
+mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cache *out);
+
+/* threads <= 0 means mla_default_threads(). */
+int mla_resolve_threads(int threads);
+
+#endif

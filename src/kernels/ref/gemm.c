@@ -1,0 +1,32 @@
+/* Portable GEMM: the element-by-element definition of mla_gemm_f32_fn, one
+ * fmaf chain per output in k order (the bits every ISA's kernel reproduces). */
+#include "kernels/kernels.h"
+#include "bits.h"
+
+#include <math.h>
+
+void mla_gemm_f32__ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a, int64_t cs_a,
+                       const float *b, int64_t ldb, float *c, int64_t ldc, const float *c_scale)
+{
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            float acc = c_scale ? c_scale[i] * c[i * ldc + j] : 0.0f;
+            for (int64_t p = 0; p < k; p++)
+                acc = fmaf(a[i * rs_a + p * cs_a], b[p * ldb + j], acc);
+            c[i * ldc + j] = acc;
+        }
+    }
+}
+
+void mla_gemm_bf16__ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a, int64_t cs_a,
+                        const uint16_t *b, int64_t ldb, float *c, int64_t ldc, const float *c_scale)
+{
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            float acc = c_scale ? c_scale[i] * c[i * ldc + j] : 0.0f;
+            for (int64_t p = 0; p < k; p++)
+                acc = fmaf(a[i * rs_a + p * cs_a], mla_f32_from_bits((uint32_t)b[p * ldb + j] << 16), acc);
+            c[i * ldc + j] = acc;
+        }
+    }
+}

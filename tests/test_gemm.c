@@ -1,0 +1,293 @@
+/*
+ * GEMM micro-kernels of every backend this CPU can run, called directly:
+ * each must give the ref kernel's bits (the contract of mla_gemm_f32_fn) for
+ * shapes on and around the tile edges, the hot decode shapes, both layouts of
+ * A, padded strides and both c_scale modes, and must write nothing outside
+ * the m x n submatrix of C. The ref result itself is checked against a
+ * double-precision dot product.
+ */
+#include "oracle.h"
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bits of C outside the submatrix (and of NaN-filled C): must stay as they are. */
+#define GUARD_BITS 0x7fa5a5a5u
+#define GUARD 19 /* elements before and after C */
+
+typedef struct gemm_case {
+    int64_t m, n, k;
+    bool col_major_a; /* rs_a = 1, cs_a >= m; else cs_a = 1, rs_a >= k */
+    int64_t pad_a, pad_b, pad_c; /* extra stride beyond the minimum */
+    bool scaled;                 /* c_scale non-NULL */
+    bool bf16;                   /* gemm_bf16 rather than gemm_f32 */
+} gemm_case;
+
+/* Uniform in (-1, 1) with all 24 bits of mantissa in play, so that any
+ * reordering or extra rounding shows in the result bits. */
+static float random_f32(void)
+{
+    return (float)(int32_t)support_random() * 0x1p-31f;
+}
+
+/* A finite bf16 code in about [2^-8, 2^8), either sign. */
+static uint16_t random_bf16(void)
+{
+    uint64_t r = support_random();
+    return (uint16_t)((r & 0x8000u) | ((119u + (r >> 16) % 17u) << 7) | (r >> 40 & 0x7fu));
+}
+
+static float bf16_value(uint16_t h)
+{
+    return oracle_f32_from((uint32_t)h << 16);
+}
+
+/* Operands of one case; c_init holds C (guards included) before the call. */
+typedef struct operands {
+    int64_t rs_a, cs_a, ldb, ldc, c_len;
+    float *a_mem, *a, *b_mem, *b, *c_scale, *c_init;
+    uint16_t *bh_mem, *bh;
+} operands;
+
+/* Allocations are offset by 1..7 elements so nothing is vector-aligned. */
+static operands make_operands(const gemm_case *g)
+{
+    operands o;
+    o.rs_a = g->col_major_a ? 1 : g->k + g->pad_a;
+    o.cs_a = g->col_major_a ? g->m + g->pad_a : 1;
+    o.ldb = g->n + g->pad_b;
+    o.ldc = g->n + g->pad_c;
+    int64_t a_len = g->m == 0 || g->k == 0 ? 1 : (g->m - 1) * o.rs_a + (g->k - 1) * o.cs_a + 1;
+    int64_t b_len = g->k * o.ldb + 1;
+    int64_t off = support_random_in(1, 7);
+    o.a_mem = malloc((size_t)(a_len + 8) * sizeof(float));
+    o.a = o.a_mem + off;
+    for (int64_t i = 0; i < a_len; i++)
+        o.a[i] = random_f32();
+    o.b_mem = malloc((size_t)(b_len + 8) * sizeof(float));
+    o.b = o.b_mem + off;
+    o.bh_mem = malloc((size_t)(b_len + 8) * sizeof(uint16_t));
+    o.bh = o.bh_mem + off;
+    for (int64_t i = 0; i < b_len; i++) {
+        o.b[i] = random_f32();
+        o.bh[i] = random_bf16();
+    }
+    o.c_scale = malloc((size_t)(g->m + 1) * sizeof(float));
+    for (int64_t i = 0; i < g->m; i++)
+        o.c_scale[i] = i % 7 == 3 ? 1.0f : random_f32() * 2.0f;
+    o.c_len = 2 * GUARD + g->m * o.ldc;
+    o.c_init = malloc((size_t)o.c_len * sizeof(float));
+    for (int64_t i = 0; i < o.c_len; i++)
+        o.c_init[i] = oracle_f32_from(GUARD_BITS);
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++)
+            o.c_init[GUARD + i * o.ldc + j] = g->scaled ? random_f32() * 4.0f : NAN;
+    return o;
+}
+
+static void free_operands(operands *o)
+{
+    free(o->a_mem);
+    free(o->b_mem);
+    free(o->bh_mem);
+    free(o->c_scale);
+    free(o->c_init);
+}
+
+/* Runs one backend's kernel on a fresh copy of C (guards included). */
+static float *run(const mla_kernels *kern, const gemm_case *g, const operands *o)
+{
+    float *c = malloc((size_t)o->c_len * sizeof(float));
+    memcpy(c, o->c_init, (size_t)o->c_len * sizeof(float));
+    const float *scale = g->scaled ? o->c_scale : NULL;
+    if (g->bf16)
+        kern->gemm_bf16(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->bh, o->ldb, c + GUARD, o->ldc, scale);
+    else
+        kern->gemm_f32(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, c + GUARD, o->ldc, scale);
+    return c;
+}
+
+static void describe(char *buf, size_t size, const gemm_case *g)
+{
+    snprintf(buf, size, "%s m=%lld n=%lld k=%lld %s pad_a=%lld pad_b=%lld pad_c=%lld %s",
+             g->bf16 ? "bf16" : "f32", (long long)g->m, (long long)g->n, (long long)g->k,
+             g->col_major_a ? "col-major A" : "row-major A", (long long)g->pad_a,
+             (long long)g->pad_b, (long long)g->pad_c, g->scaled ? "c_scale" : "no c_scale");
+}
+
+/* The ref result against the sum in double: each of the k + 1 roundings of
+ * the f32 chain errs by at most 2^-24 of a partial sum, and no partial sum
+ * exceeds the sum of the magnitudes. With c_scale NULL no element may be NaN
+ * (C was NaN and must not have been read). */
+static void check_ref_against_double(const gemm_case *g, const operands *o, const float *c)
+{
+    for (int64_t i = 0; i < g->m; i++) {
+        for (int64_t j = 0; j < g->n; j++) {
+            double c0 = g->scaled ? (double)o->c_scale[i] * o->c_init[GUARD + i * o->ldc + j] : 0.0;
+            double sum = c0, mag = fabs(c0);
+            for (int64_t p = 0; p < g->k; p++) {
+                int64_t bi = p * o->ldb + j;
+                double term = (double)o->a[i * o->rs_a + p * o->cs_a] * (g->bf16 ? bf16_value(o->bh[bi]) : o->b[bi]);
+                sum += term;
+                mag += fabs(term);
+            }
+            double got = c[GUARD + i * o->ldc + j];
+            double bound = (double)(g->k + 2) * 0x1p-24 * mag + 0x1p-140;
+            if (!(fabs(got - sum) <= bound)) {
+                char what[160];
+                describe(what, sizeof what, g);
+                fail_msg("ref %s: C[%lld][%lld] = %.9g, double sum %.9g, bound %.3g", what, (long long)i,
+                         (long long)j, got, sum, bound);
+            }
+        }
+    }
+}
+
+/* Bit-exact with ref inside the submatrix, guard bits everywhere else. */
+static void check_same(const char *backend, const gemm_case *g, const operands *o, const float *want,
+                       const float *got)
+{
+    for (int64_t x = 0; x < o->c_len; x++) {
+        int64_t e = x - GUARD, i = -1, j = -1;
+        if (e >= 0 && o->ldc > 0) {
+            i = e / o->ldc;
+            j = e % o->ldc;
+        }
+        bool inside = i >= 0 && i < g->m && j < g->n;
+        uint32_t w = inside ? oracle_f32_bits(want[x]) : GUARD_BITS;
+        if (oracle_f32_bits(got[x]) != w) {
+            char what[160];
+            describe(what, sizeof what, g);
+            if (inside)
+                fail_msg("%s %s: C[%lld][%lld] = %a (0x%08x), ref %a (0x%08x)", backend, what, (long long)i,
+                         (long long)j, (double)got[x], oracle_f32_bits(got[x]), (double)want[x], w);
+            fail_msg("%s %s: wrote element %lld of C's buffer outside the submatrix", backend, what,
+                     (long long)e);
+        }
+    }
+}
+
+static int runnable[16], num_runnable;
+
+/* The backends this CPU can run, other than ref (whose kernels are the
+ * expected values). */
+static void find_backends(void)
+{
+    num_runnable = 0;
+    for (int i = 0; i < mla_backend_count(); i++) {
+        const mla_backend_desc *b = mla_backend_at(i);
+        mla_reasons why;
+        assert_int_equal(mla_backend_validate(b->name, MLA_OP_DECODE, NULL, &why), MLA_OK);
+        if (why.count > 0) {
+            print_message("[ SKIPPED  ] backend %s: %s\n", b->name, why.text[0]);
+            continue;
+        }
+        if (strcmp(b->name, "ref") != 0 && num_runnable < 16)
+            runnable[num_runnable++] = i;
+    }
+}
+
+static void check_case(const gemm_case *g, bool check_ref)
+{
+    const mla_kernels *ref = &mla_backend_find("ref")->kernels;
+    operands o = make_operands(g);
+    float *want = run(ref, g, &o);
+    check_same("ref", g, &o, want, want); /* guards only */
+    for (int64_t i = 0; i < g->m; i++) /* finite inputs: a NaN means C was read */
+        for (int64_t j = 0; j < g->n; j++)
+            assert_false(isnan(want[GUARD + i * o.ldc + j]));
+    if (check_ref)
+        check_ref_against_double(g, &o, want);
+    for (int r = 0; r < num_runnable; r++) {
+        const mla_backend_desc *b = mla_backend_at(runnable[r]);
+        float *got = run(&b->kernels, g, &o);
+        check_same(b->name, g, &o, want, got);
+        free(got);
+    }
+    free(want);
+    free_operands(&o);
+}
+
+/* Values on and around the tile edges: vector widths 8 and 16, row tiles of
+ * 4 and 6, n blocks of 24 and 64, k blocks of 64 and 256. */
+static const int64_t edge_m[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 17, 18, 19, 24, 25};
+static const int64_t edge_n[] = {0,  1,  2,  7,  8,  9,  15, 16, 17, 23, 24, 25,
+                                 31, 32, 33, 47, 48, 49, 63, 64, 65, 72, 80, 127, 128, 129};
+static const int64_t edge_k[] = {0, 1, 2, 3, 31, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300};
+#define COUNT(x) (int64_t)(sizeof x / sizeof x[0])
+
+static void test_edges(void **state)
+{
+    (void)state;
+    find_backends();
+    for (int iter = 0; iter < 600; iter++) {
+        gemm_case g = {
+            .m = edge_m[support_random_in(0, COUNT(edge_m) - 1)],
+            .n = edge_n[support_random_in(0, COUNT(edge_n) - 1)],
+            .k = edge_k[support_random_in(0, COUNT(edge_k) - 1)],
+            .col_major_a = support_random() & 1,
+            .pad_a = support_random_in(0, 1) * support_random_in(1, 9),
+            .pad_b = support_random_in(0, 1) * support_random_in(1, 9),
+            .pad_c = support_random_in(0, 1) * support_random_in(1, 9),
+            .scaled = support_random() & 1,
+            .bf16 = support_random() & 1,
+        };
+        check_case(&g, iter % 4 == 0);
+    }
+    for (int r = 0; r < num_runnable; r++)
+        print_message("[ BACKEND  ] %s: gemm_f32 and gemm_bf16 bit-exact with ref on 600 edge shapes\n",
+                      mla_backend_at(runnable[r])->name);
+}
+
+/* Every (m, n) up to two tiles each way at one k that crosses a k block:
+ * all tails and partial tiles in both directions. */
+static void test_all_small_shapes(void **state)
+{
+    (void)state;
+    find_backends();
+    for (int64_t m = 0; m <= 13; m++) {
+        for (int64_t n = 0; n <= 40; n++) {
+            gemm_case g = {.m = m, .n = n, .k = 70, .col_major_a = (m + n) & 1, .pad_c = 3,
+                           .scaled = n % 3 == 1, .bf16 = n % 4 >= 2};
+            check_case(&g, false);
+        }
+    }
+}
+
+/* The shapes decode runs (scores, P.V, the absorptions), at their real
+ * strides. */
+static void test_hot_shapes(void **state)
+{
+    (void)state;
+    find_backends();
+    const gemm_case hot[] = {
+        /* scores: q [m][576] . kv rows [576][n] */
+        {.m = 64, .n = 128, .k = 576},
+        {.m = 16, .n = 48, .k = 576, .pad_a = 64},
+        {.m = 5, .n = 16, .k = 576},
+        /* P.V: P column-major, V rows of the 576-wide cache, C rescaled */
+        {.m = 128, .n = 512, .k = 64, .col_major_a = true, .pad_b = 64, .scaled = true},
+        {.m = 16, .n = 512, .k = 48, .col_major_a = true, .pad_a = 112, .pad_b = 64, .scaled = true},
+        /* absorptions: q_nope [m][128] x W_UK [128][512], latent [m][512] x W_UV [512][128] */
+        {.m = 8, .n = 512, .k = 128, .pad_a = 128 * 192 - 128},
+        {.m = 3, .n = 512, .k = 128, .pad_a = 128 * 192 - 128, .bf16 = true},
+        {.m = 64, .n = 512, .k = 128, .bf16 = true},
+        {.m = 8, .n = 128, .k = 512, .pad_a = 64},
+        {.m = 8, .n = 128, .k = 512, .bf16 = true},
+    };
+    for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++)
+        check_case(&hot[i], i % 3 == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_all_small_shapes),
+        cmocka_unit_test(test_hot_shapes),
+    };
+    return cmocka_run_group_tests_name("gemm", tests, NULL, NULL);
+}
