@@ -16,14 +16,17 @@
 /* The random fill converts through an f32 buffer of this many values. */
 #define FILL_CHUNK ((int64_t)1 << 20)
 
-/* The arithmetic the decode kernels run, which decides the peak to compare
- * with. Today every backend widens q and the cache to f32 and multiplies with
- * FMA, so the f32 FMA probe is the ceiling. When a kernel takes the bf16 route
- * (vdpbf16ps: avx512_bf16 with bf16 q and cache), name it "bf16-dot" here and
- * give it a bf16 peak probe. */
-static const char *decode_route(void)
+/* The arithmetic the decode kernels run: bf16 pairs through the backend's
+ * bf16 dot kernel (vdpbf16ps) when it has one and q and the cache are bf16
+ * (the library's rule, mla_gemm_bf16dot_fn), else q and cache widened to f32
+ * for FMA. pct_peak is against the f32 FMA probe either way, so a dot route
+ * that beats FMA shows above it. */
+static const char *decode_route(const char *backend, const mla_config *cfg)
 {
-    return "f32-fma";
+    const mla_backend_desc *d = mla_backend_find(backend);
+    bool dot = d && d->kernels.gemm_bf16dot && cfg->q_dtype == MLA_DTYPE_BF16 &&
+               cfg->cache_dtype == MLA_DTYPE_BF16;
+    return dot ? "bf16-dot" : "f32-fma";
 }
 
 typedef struct decode_bench {
@@ -189,7 +192,7 @@ static void print_decode_row(const options *o, const mla_config *cfg, const char
     double pct_peak = peak > 0 ? 100 * gflops / peak : 0;
     if (o->json) {
         printf("{\"op\":\"decode\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d", backend,
-               decode_route(), threads);
+               decode_route(backend, cfg), threads);
         print_config_json(o, cfg);
         printf(",\"median_us\":%.3f,\"gflops\":%.3f,\"bytes\":%.0f,\"gbps\":%.3f,"
                "\"peak_gflops\":%.3f,\"pct_peak\":%.2f}\n",
@@ -198,7 +201,7 @@ static void print_decode_row(const options *o, const mla_config *cfg, const char
     }
     printf("%-6s %-12s %-8s %7d %5lld %5lld %8lld %4lld %-4s %-8s %4lld %11.1f %9.2f %9.2f %8.2f "
            "%9.2f %6.1f\n",
-           "decode", backend, decode_route(), threads, (long long)o->batch,
+           "decode", backend, decode_route(backend, cfg), threads, (long long)o->batch,
            (long long)cfg->num_heads, (long long)o->ctx, (long long)o->sq,
            mla_dtype_name(cfg->q_dtype), mla_dtype_name(cfg->cache_dtype),
            (long long)cfg->block_size, seconds * 1e6, gflops, bytes / 1e6, gbps, peak, pct_peak);
@@ -211,7 +214,7 @@ static void print_scaling(const options *o, const mla_config *cfg, const char *b
     double speedup = seconds[0] / seconds[1], peak_ratio = peak[1] / peak[0];
     if (o->json) {
         printf("{\"op\":\"decode_scaling\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d",
-               backend, decode_route(), threads[1]);
+               backend, decode_route(backend, cfg), threads[1]);
         print_config_json(o, cfg);
         printf(",\"t1_us\":%.3f,\"tT_us\":%.3f,\"speedup\":%.3f,\"peak1_gflops\":%.3f,"
                "\"peakT_gflops\":%.3f,\"peak_ratio\":%.3f,\"speedup_vs_peak\":%.3f}\n",

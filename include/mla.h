@@ -597,7 +597,8 @@ typedef struct mla_decode_args {
     int64_t out_token_stride, out_head_stride;
     float *lse;                  /* [B, H, s_q] natural log, or NULL           */
     /* Split-KV schedule (mla_build_decode_sched) the call builds for itself;
-     * NULL: defaults with one part per thread. split_blocks > 0 gives
+     * NULL: one part per thread, block_n 16, overhead 2 (finer than
+     * FlashMLA's 64 + 5, for balance across threads). split_blocks > 0 gives
      * batch-invariant results: bit-identical for every thread count and batch
      * composition with the same split_blocks and block_n. */
     const mla_decode_sched_params *sched;

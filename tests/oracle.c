@@ -305,7 +305,7 @@ void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse)
 }
 
 void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj, double *out,
-                       double *lse)
+                       double *lse, double *o_lat)
 {
     const mla_decode_args *a = &f->attn;
     const int64_t H = a->num_heads, L = a->kv_lora_rank, R = a->rope_dim, D = L + R;
@@ -359,6 +359,14 @@ void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj,
                 for (int64_t j = 0; j < n; j++)
                     for (int64_t e = 0; e < V; e++)
                         o[e] += p[j] * v[(j * H + h) * V + e];
+                if (o_lat) {
+                    double *ol = o_lat + (t * H + h) * L;
+                    for (int64_t l = 0; l < L; l++)
+                        ol[l] = 0.0;
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t l = 0; l < L; l++)
+                            ol[l] += p[j] * rows[j * D + l];
+                }
             }
         }
         free(p);

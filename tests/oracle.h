@@ -83,8 +83,10 @@ void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse);
  * row-major: rows h*(P+V) .. +P-1 are W_k[h], the next V rows W_v[h]);
  * logits scale * (q_nope . k_nope + q_pe . row_j[L:L+R]), causal as above.
  * q (t, h, d < P+R) is read through f->q, its strides and f->attn.q_dtype.
- * out [Td, H*V] dense; lse [B, H, s_q]; rows that see no key get 0, -inf. */
+ * out [Td, H*V] dense; lse [B, H, s_q]; rows that see no key get 0, -inf.
+ * o_lat (NULL: not wanted) [Td, H, L] gets sum_j p_j c_j with the same
+ * softmax weights, the latent output (for error bounds, not checking). */
 void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj, double *out,
-                       double *lse);
+                       double *lse, double *o_lat);
 
 #endif

@@ -211,11 +211,12 @@ static void check_case(const gemm_case *g, bool check_ref)
     free_operands(&o);
 }
 
-/* Values on and around the tile edges: vector widths 8 and 16, row tiles of
- * 4 and 6, n blocks of 24 and 64, k blocks of 64 and 256. */
-static const int64_t edge_m[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 17, 18, 19, 24, 25};
-static const int64_t edge_n[] = {0,  1,  2,  7,  8,  9,  15, 16, 17, 23, 24, 25,
-                                 31, 32, 33, 47, 48, 49, 63, 64, 65, 72, 80, 127, 128, 129};
+/* Values on and around the tile edges: vector widths 8 and 16, n blocks of 24
+ * and 48, tiles of 4 to 12 rows (split evenly), the k blocks of the n % 8
+ * tail (128). */
+static const int64_t edge_m[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 23, 24, 25, 37};
+static const int64_t edge_n[] = {0,  1,  2,  7,  8,  9,  15, 16, 17, 23, 24,  25,  31, 32,
+                                 33, 47, 48, 49, 63, 64, 65, 72, 80, 95, 96, 97, 127, 128, 129};
 static const int64_t edge_k[] = {0, 1, 2, 3, 31, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300};
 #define COUNT(x) (int64_t)(sizeof x / sizeof x[0])
 
@@ -242,17 +243,33 @@ static void test_edges(void **state)
                       mla_backend_at(runnable[r])->name);
 }
 
-/* Every (m, n) up to two tiles each way at one k that crosses a k block:
- * all tails and partial tiles in both directions. */
+/* Every (m, n) up to two or more tiles each way, at a k that crosses a k
+ * block of the n % 8 tail: all tails and partial tiles in both directions. */
 static void test_all_small_shapes(void **state)
 {
     (void)state;
     find_backends();
-    for (int64_t m = 0; m <= 13; m++) {
-        for (int64_t n = 0; n <= 40; n++) {
-            gemm_case g = {.m = m, .n = n, .k = 70, .col_major_a = (m + n) & 1, .pad_c = 3,
+    for (int64_t m = 0; m <= 25; m++) {
+        for (int64_t n = 0; n <= 52; n++) {
+            gemm_case g = {.m = m, .n = n, .k = 130, .col_major_a = (m + n) & 1, .pad_c = 3,
                            .scaled = n % 3 == 1, .bf16 = n % 4 >= 2};
             check_case(&g, false);
+        }
+    }
+}
+
+/* k beyond one k block (1024): later blocks resume from the partial sums
+ * in C. */
+static void test_long_k(void **state)
+{
+    (void)state;
+    find_backends();
+    static const int64_t ks[] = {1023, 1024, 1025, 2100};
+    for (int i = 0; i < 4; i++) {
+        for (int s = 0; s < 2; s++) {
+            gemm_case g = {.m = 7 + 6 * s, .n = 53 + 40 * s, .k = ks[i], .col_major_a = s, .pad_b = 3,
+                           .pad_c = 2, .scaled = (i + s) & 1, .bf16 = i >= 2};
+            check_case(&g, s == 0);
         }
     }
 }
@@ -287,6 +304,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_edges),
         cmocka_unit_test(test_all_small_shapes),
+        cmocka_unit_test(test_long_k),
         cmocka_unit_test(test_hot_shapes),
     };
     return cmocka_run_group_tests_name("gemm", tests, NULL, NULL);

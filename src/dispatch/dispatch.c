@@ -27,6 +27,11 @@ typedef struct registry_entry {
     mla_backend_desc desc; /* desc.name / desc.isa point into the arrays below */
     char name[NAME_LEN];
     char isa[NAME_LEN];
+    /* the backend has a bf16 dot route that measured slower here than its
+     * f32 route: auto-selection passes it over for the attention ops (where
+     * the route is all it is for); forcing it still works */
+    bool dot_slower;
+    double dot_speedup;
 } registry_entry;
 
 static const char *const op_env[MLA_OP_COUNT] = {
@@ -39,6 +44,7 @@ static const char *const op_env[MLA_OP_COUNT] = {
 typedef struct dispatch_state {
     bool log;
     mla_caps detected, caps;
+    mla_caps real; /* the CPU's own, even under a fake reader: what may execute */
     char max_isa[NAME_LEN]; /* MLA_MAX_ISA as given, "" if unset */
     /* a malformed environment fails every op with this */
     mla_status env_status;
@@ -108,6 +114,12 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     INHERIT(gemm_f32);
     INHERIT(gemm_bf16);
 #undef INHERIT
+    e->dot_slower = false;
+    e->dot_speedup = 0.0;
+    if (k->gemm_bf16dot && (desc->required_caps & ~(g.detected & g.real)) == 0) {
+        e->dot_speedup = mla_bf16dot_speedup(k);
+        e->dot_slower = e->dot_speedup < 1.0;
+    }
 }
 
 /* A descriptor points at its entry's own name and isa arrays, so entries
@@ -276,6 +288,10 @@ static void log_state(void)
         join_reasons(&r, why, sizeof why);
         log_line("backend %-12s %s%s", g.registry[i].name, r.count ? "unavailable: " : "available",
                  why);
+        if (g.registry[i].dot_speedup > 0.0)
+            log_line("backend %-12s bf16 dot route %.2fx its f32 route%s", g.registry[i].name,
+                     g.registry[i].dot_speedup,
+                     g.registry[i].dot_slower ? ": not auto-selected for attention" : "");
     }
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const mla_backend_desc *b = NULL;
@@ -295,6 +311,8 @@ static void init_locked(void)
     mla_cpu_raw raw;
     (cpu_reader ? cpu_reader : mla_cpu_read)(&raw);
     g.detected = g.caps = mla_cpu_caps_decode(&raw);
+    mla_cpu_read(&raw);
+    g.real = mla_cpu_caps_decode(&raw);
 
     int n;
     const mla_backend_desc *builtin = mla_builtin_backends(&n);
@@ -468,6 +486,9 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode
     why[0] = '\0';
     for (int i = 0; i < g.count; i++) {
         collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
+        if (cfg && op != MLA_OP_CONVERT && g.registry[i].dot_slower)
+            add_reason(&r, "its bf16 dot route measured %.2fx its f32 route on this cpu",
+                       g.registry[i].dot_speedup);
         if (r.count == 0) {
             *out = &g.registry[i].desc;
             return MLA_OK;

@@ -3,10 +3,12 @@
  *
  * A register tile is rows x nv vectors of C. Each step p loads nv vectors of
  * B row p and broadcasts `rows` elements of A column p into rows * nv FMAs.
- * Full tiles are 6 x 4 (64 columns): 24 accumulators, 10 loads per 24 FMAs.
- * Narrower tiles (the last columns, or n < 64) get taller so that they still
- * keep >= 12 accumulators in flight: Sapphire Rapids needs 8 (4-cycle FMA
- * latency on 2 ports), and a 6 x 1 tile reaches only ~65% of its peak. */
+ * Full tiles are 8 x 3 (48 columns): 24 accumulators, 11 loads per 24 FMAs.
+ * Narrower tiles (the last columns, or n < 48) get taller, up to 12 rows, so
+ * that they still keep >= 12 accumulators in flight: Sapphire Rapids needs 8
+ * (4-cycle FMA latency on 2 ports), and a 6 x 1 tile ran at ~65% of peak.
+ * (6 x 4 would fit the 32 registers too, but GCC 12 then keeps its
+ * accumulators in memory.) */
 #include "kernels/kernels.h"
 
 #include "util.h"
@@ -16,14 +18,14 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 enum {
-    NV = 4,      /* vectors of 16 columns per tile row, at most */
+    NV = 3,      /* vectors of 16 columns per tile row, at most */
     ACC = 24,    /* accumulators per tile (of 32 registers), at most */
     MR_MAX = 12, /* tile rows, at most */
     /* k steps per block; later blocks resume from the f32 partial sums stored
      * in C, which is exact. Large on purpose: the B sliver of a tile column
-     * (576 x 64 f32 for scores) streams from L2 fast enough on Zen 4 and
-     * Sapphire Rapids, while L1-sized blocks (64) cost 5-30% in storing and
-     * reloading the partial sums. */
+     * (576 x 48 f32 for scores) streams from L2 fast enough on Zen 4 and
+     * Sapphire Rapids, while L1-sized blocks (64) cost ~8% and ~10% of the
+     * scores GEMM there in storing and reloading the partial sums. */
     KC = 1024,
 };
 
@@ -123,8 +125,7 @@ static ALWAYS_INLINE void tile_any(const tile_args *t, int rows, int nv, bool bf
     switch (nv) {
     case 1: tile_rows(t, rows, 1, bf16); break;
     case 2: tile_rows(t, rows, 2, bf16); break;
-    case 3: tile_rows(t, rows, 3, bf16); break;
-    default: tile_rows(t, rows, 4, bf16); break;
+    default: tile_rows(t, rows, 3, bf16); break;
     }
 }
 
@@ -136,7 +137,7 @@ static ALWAYS_INLINE void gemm(int64_t m, int64_t n, int64_t k, const float *a, 
     for (int64_t j0 = 0; j0 < n; j0 += NV * 16) {
         int64_t cols = n - j0 < NV * 16 ? n - j0 : NV * 16;
         int nv = (int)((cols + 15) / 16), mr = tile_height(nv);
-        /* m split evenly into tiles of at most mr rows (8 = 4 + 4, not 6 + 2) */
+        /* m split evenly into tiles of at most mr rows (9 = 5 + 4, not 8 + 1) */
         int64_t tiles = (m + mr - 1) / mr;
         tile_args t = {.rs_a = rs_a, .cs_a = cs_a, .ldb = ldb, .ldc = ldc,
                        .mask = mla_tail_mask16(cols - (nv - 1) * 16)};

@@ -206,6 +206,23 @@ static int64_t load_tile(const decode_ctx *c, float *ws, int64_t b, int64_t t, i
     return count;
 }
 
+/* Asks for cache rows [t, t + n) of request b ahead of their use, so the
+ * next tile streams in from DRAM while this one computes (its blocks are
+ * scattered, which the hardware prefetchers do not follow). */
+static void prefetch_tile(const decode_ctx *c, int64_t b, int64_t t, int64_t n)
+{
+    const mla_kv_cache *cache = c->cache;
+    const int32_t *table = c->a->block_table + b * c->a->block_table_cols;
+    const int64_t row_bytes = c->shape.d * c->elem_cache;
+    for (int64_t pos = t; pos < t + n; pos++) {
+        const char *row = (const char *)cache->data +
+                          (table[pos / cache->block_size] * cache->block_stride +
+                           pos % cache->block_size * cache->entry_stride) * c->elem_cache;
+        for (int64_t at = 0; at < row_bytes; at += 64)
+            __builtin_prefetch(row + at);
+    }
+}
+
 /* S[j][r] for the tile's rows, run by run. */
 static void tile_scores(const decode_ctx *c, float *ws, const row_run *runs, int64_t nruns,
                         int64_t stride)
@@ -369,6 +386,8 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
         for (int64_t t = t0; t < end; t += TILE) {
             int64_t n = end - t < TILE ? end - t : TILE, stride;
             int64_t nruns = load_tile(c, ws, b, t, n, runs, &stride);
+            if (t + n < end)
+                prefetch_tile(c, b, t + n, end - t - n < TILE ? end - t - n : TILE);
             tile_scores(c, ws, runs, nruns, stride);
             if (t + n - 1 > last_key0 + r0 / a->num_heads)
                 mask_tile(c, sc, t, n, r0, nr, last_key0);
