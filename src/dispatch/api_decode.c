@@ -142,11 +142,6 @@ typedef struct ws_layout {
     int64_t parts_bytes, prefix_bytes, driver_bytes, total;
 } ws_layout;
 
-static int64_t round_up(int64_t x, int64_t to)
-{
-    return (x + to - 1) / to * to;
-}
-
 static mla_status layout_of(const char *fn, const mla_decode_args *a, const mla_decode_sched_params *p,
                             int threads, ws_layout *w)
 {
@@ -157,8 +152,8 @@ static mla_status layout_of(const char *fn, const mla_decode_args *a, const mla_
     if (!mla_decode_workspace(a, slots, threads, &w->driver_bytes))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace for %lld split slots overflows", fn,
                         (long long)slots);
-    w->parts_bytes = round_up(p->num_parts * (int64_t)sizeof(mla_sched_part), ALIGN);
-    w->prefix_bytes = round_up((a->num_reqs + 1) * (int64_t)sizeof(int32_t), ALIGN);
+    w->parts_bytes = mla_round_up(p->num_parts * (int64_t)sizeof(mla_sched_part), ALIGN);
+    w->prefix_bytes = mla_round_up((a->num_reqs + 1) * (int64_t)sizeof(int32_t), ALIGN);
     w->total = ALIGN + w->parts_bytes + w->prefix_bytes;
     if (__builtin_add_overflow(w->total, w->driver_bytes, &w->total))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
@@ -299,7 +294,7 @@ static mla_decode_args forward_attention(const mla_decode_forward_args *f, const
 /* Workspace of a forward call = [q_lat | o_lat | GEMM scratch per thread |
  * decode workspace]; sizes in bytes, 64-byte multiples. */
 typedef struct forward_layout {
-    int64_t q_lat, o_lat, gemm, decode, total;
+    int64_t q_lat, o_lat, gemm, total; /* the decode's part is the rest */
 } forward_layout;
 
 /* bytes = a * b * c * d rounded up to ALIGN; false on overflow. */
@@ -309,7 +304,7 @@ static bool region_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *by
     if (!mla_mul_size(a, b, &x) || !mla_mul_size(x, c, &x) || !mla_mul_size(x, d, &x) ||
         x > INT64_MAX - ALIGN)
         return false;
-    *bytes = round_up(x, ALIGN);
+    *bytes = mla_round_up(x, ALIGN);
     return true;
 }
 
@@ -350,15 +345,18 @@ static mla_status check_forward(const char *fn, const mla_decode_forward_args *f
     if ((st = layout_of(fn, &stand_in, &p, threads, &dw)) != MLA_OK)
         return st;
     int64_t size = mla_dtype_size(a->q_dtype), lat = a->kv_lora_rank + a->rope_dim;
-    if (!region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
+    /* mla_absorb_scratch_floats is at most tokens * (P + V + 2L) */
+    int64_t widths = 0, bound;
+    bool widths_fit = !__builtin_add_overflow(f->qk_nope_dim, f->v_head_dim, &widths) &&
+                      !__builtin_add_overflow(widths, 2 * a->kv_lora_rank, &widths) &&
+                      mla_mul_size(tokens, widths, &bound);
+    if (!widths_fit || !region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
         !region_bytes(tokens, a->num_heads, a->kv_lora_rank, size, &w->o_lat) ||
-        (f->qk_nope_dim > INT64_MAX / 4 || f->v_head_dim > INT64_MAX / 4) ||
         !region_bytes(mla_absorb_scratch_floats(&s), threads, sizeof(float), 1, &w->gemm) ||
         __builtin_add_overflow(ALIGN + w->q_lat, w->o_lat, &w->total) ||
         __builtin_add_overflow(w->total, w->gemm, &w->total) ||
         __builtin_add_overflow(w->total, dw.total, &w->total))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
-    w->decode = dw.total;
     return MLA_OK;
 }
 

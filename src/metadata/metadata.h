@@ -17,6 +17,13 @@ static inline int64_t mla_ceil_div(int64_t a, int64_t b)
     return a / b + (a % b != 0);
 }
 
+/* x rounded up to a multiple of `to` (x >= 0, to >= 1; the caller knows it
+ * fits). */
+static inline int64_t mla_round_up(int64_t x, int64_t to)
+{
+    return mla_ceil_div(x, to) * to;
+}
+
 /* params with every default filled in, as mla_build_decode_sched reads
  * them (num_parts <= 0: omp_get_max_threads()). */
 mla_decode_sched_params mla_decode_sched_resolved(const mla_decode_sched_params *params);

@@ -27,6 +27,7 @@
 #include "decode.h"
 
 #include "cache.h"
+#include "metadata/metadata.h"
 
 #include <math.h>
 #include <omp.h>
@@ -52,18 +53,13 @@ typedef struct scratch_layout {
     int64_t qt, s, o, kf, qrow, m, l, alpha, ones, p16, p_pairs, v_pairs, total;
 } scratch_layout;
 
-static int64_t round_up(int64_t x, int64_t to)
-{
-    return (x + to - 1) / to * to;
-}
-
 static decode_shape shape_of(const mla_decode_args *a)
 {
     decode_shape s = {.rows = a->s_q * a->num_heads, .d = a->kv_lora_rank + a->rope_dim,
                       .l = a->kv_lora_rank};
     s.mblocks = (s.rows + MAX_MB - 1) / MAX_MB;
     s.mb_rows = (s.rows + s.mblocks - 1) / s.mblocks;
-    s.mb = round_up(s.mb_rows, 16);
+    s.mb = mla_round_up(s.mb_rows, 16);
     return s;
 }
 
@@ -72,7 +68,7 @@ static scratch_layout scratch_of(const decode_shape *s)
 {
     scratch_layout x;
     int64_t at = 0, step = ALIGN / (int64_t)sizeof(float);
-#define PLACE(field, floats) x.field = at, at += round_up(floats, step)
+#define PLACE(field, floats) x.field = at, at += mla_round_up(floats, step)
     PLACE(qt, s->d * s->mb);
     PLACE(s, TILE * s->mb);
     PLACE(o, s->mb * s->l);
@@ -100,8 +96,8 @@ bool mla_decode_workspace(const mla_decode_args *a, int64_t slots, int threads, 
         __builtin_mul_overflow(slots, s.rows, &lse) ||
         __builtin_mul_overflow(x.total, (int64_t)threads, &scratch))
         return false;
-    partial = round_up(partial, ALIGN / 4);
-    lse = round_up(lse, ALIGN / 4);
+    partial = mla_round_up(partial, ALIGN / 4);
+    lse = mla_round_up(lse, ALIGN / 4);
     if (__builtin_add_overflow(partial, lse, &total) || __builtin_add_overflow(total, scratch, &total) ||
         __builtin_mul_overflow(total, (int64_t)sizeof(float), &total) ||
         __builtin_add_overflow(total, (int64_t)ALIGN, &total))
@@ -276,7 +272,7 @@ static void tile_values(const decode_ctx *c, float *ws, const row_run *runs, int
         interleave_pairs(pp + j * s->mb, p16 + j * s->mb, odd ? p16 + (j + 1) * s->mb : NULL, s->mb);
         interleave_pairs(vp + j * s->l, v[j], odd ? v[j + 1] : NULL, s->l);
     }
-    c->k->gemm_bf16dot(s->mb, s->l, round_up(n, 2), pp, 1, s->mb, vp, 2 * s->l, o, s->l, alpha);
+    c->k->gemm_bf16dot(s->mb, s->l, mla_round_up(n, 2), pp, 1, s->mb, vp, 2 * s->l, o, s->l, alpha);
 }
 
 /* Online-softmax step over a tile's scores s [n][mb] for the first nr rows:
@@ -400,11 +396,6 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
 
 /* ---- parts and combine ----------------------------------------------------- */
 
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return (a + b - 1) / b;
-}
-
 /* Every segment of one schedule part. In batch-invariant mode a part's range
  * of a request may hold several splits, cut at multiples of split_blocks. */
 static void run_part(const decode_ctx *c, float *ws, const mla_sched_part *p, const int32_t *prefix,
@@ -413,7 +404,7 @@ static void run_part(const decode_ctx *c, float *ws, const mla_sched_part *p, co
     for (int64_t b = p->begin_req; b <= p->end_req; b++) {
         int64_t seq = c->a->seq_lens[b], splits = prefix[b + 1] - prefix[b];
         int64_t first = b == p->begin_req ? p->begin_block : 0;
-        int64_t last = b == p->end_req ? p->end_block : ceil_div(seq, block_n);
+        int64_t last = b == p->end_req ? p->end_block : mla_ceil_div(seq, block_n);
         int64_t split = b == p->begin_req ? p->begin_split : 0;
         for (int64_t blk = first;;) {
             int64_t stop = split_blocks > 0 ? (blk / split_blocks + 1) * split_blocks : last;
@@ -474,8 +465,8 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
     const int64_t slots = split_prefix[a->num_reqs];
     float *base = (float *)(((uintptr_t)workspace + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
     c.partial = base;
-    c.partial_lse = c.partial + round_up(slots * c.shape.rows * c.shape.l, ALIGN / 4);
-    float *scratch = c.partial_lse + round_up(slots * c.shape.rows, ALIGN / 4);
+    c.partial_lse = c.partial + mla_round_up(slots * c.shape.rows * c.shape.l, ALIGN / 4);
+    float *scratch = c.partial_lse + mla_round_up(slots * c.shape.rows, ALIGN / 4);
     const int64_t combine_rows = a->num_reqs * c.shape.rows;
 #pragma omp parallel num_threads(threads)
     {
