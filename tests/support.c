@@ -114,3 +114,27 @@ int64_t support_random_in(int64_t lo, int64_t hi)
 {
     return lo + (int64_t)(support_random() % (uint64_t)(hi - lo + 1));
 }
+
+void support_expect_c(const char *who, const char *what, int64_t m, int64_t n, int64_t ldc,
+                      int64_t c_len, const float *want, const float *got)
+{
+    for (int64_t x = 0; x < c_len; x++) {
+        int64_t e = x - SUPPORT_C_GUARD, i = -1, j = -1;
+        if (e >= 0 && ldc > 0) {
+            i = e / ldc;
+            j = e % ldc;
+        }
+        bool inside = i >= 0 && i < m && j < n;
+        uint32_t w = SUPPORT_C_GUARD_BITS, g;
+        if (inside)
+            memcpy(&w, &want[x], sizeof w);
+        memcpy(&g, &got[x], sizeof g);
+        if (g == w)
+            continue;
+        if (inside)
+            fail_msg("%s %s: C[%lld][%lld] = %a (0x%08x), ref %a (0x%08x)", who, what, (long long)i,
+                     (long long)j, (double)got[x], g, (double)want[x], w);
+        fail_msg("%s %s: wrote element %lld of C's buffer outside the submatrix", who, what,
+                 (long long)e);
+    }
+}

@@ -37,4 +37,15 @@ int64_t support_random_in(int64_t lo, int64_t hi);
  * cannot run on this CPU (the caller skips it). */
 bool support_force_convert_backend(int i);
 
+/* GEMM outputs in the kernel tests: C's m rows (ldc apart) sit in a buffer
+ * of c_len floats, starting SUPPORT_C_GUARD elements in; every element
+ * outside the m x n submatrix holds SUPPORT_C_GUARD_BITS. */
+#define SUPPORT_C_GUARD 19
+#define SUPPORT_C_GUARD_BITS 0x7fa5a5a5u
+
+/* Fails, naming who and what, unless got is want bit for bit inside the
+ * submatrix and the guard bits everywhere else. */
+void support_expect_c(const char *who, const char *what, int64_t m, int64_t n, int64_t ldc,
+                      int64_t c_len, const float *want, const float *got);
+
 #endif

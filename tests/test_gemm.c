@@ -15,8 +15,6 @@
 #include <string.h>
 
 /* Bits of C outside the submatrix (and of NaN-filled C): must stay as they are. */
-#define GUARD_BITS 0x7fa5a5a5u
-#define GUARD 19 /* elements before and after C */
 
 typedef struct gemm_case {
     int64_t m, n, k;
@@ -78,13 +76,13 @@ static operands make_operands(const gemm_case *g)
     o.c_scale = malloc((size_t)(g->m + 1) * sizeof(float));
     for (int64_t i = 0; i < g->m; i++)
         o.c_scale[i] = i % 7 == 3 ? 1.0f : random_f32() * 2.0f;
-    o.c_len = 2 * GUARD + g->m * o.ldc;
+    o.c_len = 2 * SUPPORT_C_GUARD + g->m * o.ldc;
     o.c_init = malloc((size_t)o.c_len * sizeof(float));
     for (int64_t i = 0; i < o.c_len; i++)
-        o.c_init[i] = oracle_f32_from(GUARD_BITS);
+        o.c_init[i] = oracle_f32_from(SUPPORT_C_GUARD_BITS);
     for (int64_t i = 0; i < g->m; i++)
         for (int64_t j = 0; j < g->n; j++)
-            o.c_init[GUARD + i * o.ldc + j] = g->scaled ? random_f32() * 4.0f : NAN;
+            o.c_init[SUPPORT_C_GUARD + i * o.ldc + j] = g->scaled ? random_f32() * 4.0f : NAN;
     return o;
 }
 
@@ -104,9 +102,9 @@ static float *run(const mla_kernels *kern, const gemm_case *g, const operands *o
     memcpy(c, o->c_init, (size_t)o->c_len * sizeof(float));
     const float *scale = g->scaled ? o->c_scale : NULL;
     if (g->bf16)
-        kern->gemm_bf16(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->bh, o->ldb, c + GUARD, o->ldc, scale);
+        kern->gemm_bf16(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->bh, o->ldb, c + SUPPORT_C_GUARD, o->ldc, scale);
     else
-        kern->gemm_f32(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, c + GUARD, o->ldc, scale);
+        kern->gemm_f32(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, c + SUPPORT_C_GUARD, o->ldc, scale);
     return c;
 }
 
@@ -126,7 +124,7 @@ static void check_ref_against_double(const gemm_case *g, const operands *o, cons
 {
     for (int64_t i = 0; i < g->m; i++) {
         for (int64_t j = 0; j < g->n; j++) {
-            double c0 = g->scaled ? (double)o->c_scale[i] * o->c_init[GUARD + i * o->ldc + j] : 0.0;
+            double c0 = g->scaled ? (double)o->c_scale[i] * o->c_init[SUPPORT_C_GUARD + i * o->ldc + j] : 0.0;
             double sum = c0, mag = fabs(c0);
             for (int64_t p = 0; p < g->k; p++) {
                 int64_t bi = p * o->ldb + j;
@@ -134,7 +132,7 @@ static void check_ref_against_double(const gemm_case *g, const operands *o, cons
                 sum += term;
                 mag += fabs(term);
             }
-            double got = c[GUARD + i * o->ldc + j];
+            double got = c[SUPPORT_C_GUARD + i * o->ldc + j];
             double bound = (double)(g->k + 2) * 0x1p-24 * mag + 0x1p-140;
             if (!(fabs(got - sum) <= bound)) {
                 char what[160];
@@ -150,24 +148,9 @@ static void check_ref_against_double(const gemm_case *g, const operands *o, cons
 static void check_same(const char *backend, const gemm_case *g, const operands *o, const float *want,
                        const float *got)
 {
-    for (int64_t x = 0; x < o->c_len; x++) {
-        int64_t e = x - GUARD, i = -1, j = -1;
-        if (e >= 0 && o->ldc > 0) {
-            i = e / o->ldc;
-            j = e % o->ldc;
-        }
-        bool inside = i >= 0 && i < g->m && j < g->n;
-        uint32_t w = inside ? oracle_f32_bits(want[x]) : GUARD_BITS;
-        if (oracle_f32_bits(got[x]) != w) {
-            char what[160];
-            describe(what, sizeof what, g);
-            if (inside)
-                fail_msg("%s %s: C[%lld][%lld] = %a (0x%08x), ref %a (0x%08x)", backend, what, (long long)i,
-                         (long long)j, (double)got[x], oracle_f32_bits(got[x]), (double)want[x], w);
-            fail_msg("%s %s: wrote element %lld of C's buffer outside the submatrix", backend, what,
-                     (long long)e);
-        }
-    }
+    char what[160];
+    describe(what, sizeof what, g);
+    support_expect_c(backend, what, g->m, g->n, o->ldc, o->c_len, want, got);
 }
 
 static int runnable[16], num_runnable;
@@ -198,7 +181,7 @@ static void check_case(const gemm_case *g, bool check_ref)
     check_same("ref", g, &o, want, want); /* guards only */
     for (int64_t i = 0; i < g->m; i++) /* finite inputs: a NaN means C was read */
         for (int64_t j = 0; j < g->n; j++)
-            assert_false(isnan(want[GUARD + i * o.ldc + j]));
+            assert_false(isnan(want[SUPPORT_C_GUARD + i * o.ldc + j]));
     if (check_ref)
         check_ref_against_double(g, &o, want);
     for (int r = 0; r < num_runnable; r++) {

@@ -19,8 +19,6 @@
 typedef mla_gemm_bf16dot_fn gemm_bf16dot_fn;
 
 /* Bits of C outside the submatrix: must stay as they are. */
-#define GUARD_BITS 0x7fa5a5a5u
-#define GUARD 19 /* elements before and after C */
 
 /* The kernel under test, or NULL (printing why) if this CPU can't run it. */
 static gemm_bf16dot_fn kernel_or_skip(void)
@@ -172,13 +170,13 @@ static operands make_operands(const dot_case *g)
     o.c_scale = malloc((size_t)(g->m + 1) * sizeof *o.c_scale);
     for (int64_t i = 0; i < g->m; i++)
         o.c_scale[i] = g->values == TINY || i % 7 == 3 ? 1.0f : (float)(int32_t)support_random() * 0x1p-30f;
-    o.c_len = 2 * GUARD + g->m * o.ldc;
+    o.c_len = 2 * SUPPORT_C_GUARD + g->m * o.ldc;
     o.c_init = malloc((size_t)o.c_len * sizeof *o.c_init);
     for (int64_t i = 0; i < o.c_len; i++)
-        o.c_init[i] = oracle_f32_from(GUARD_BITS);
+        o.c_init[i] = oracle_f32_from(SUPPORT_C_GUARD_BITS);
     for (int64_t i = 0; i < g->m; i++)
         for (int64_t j = 0; j < g->n; j++)
-            o.c_init[GUARD + i * o.ldc + j] = g->scaled ? random_c(g->values) : NAN;
+            o.c_init[SUPPORT_C_GUARD + i * o.ldc + j] = g->scaled ? random_c(g->values) : NAN;
     return o;
 }
 
@@ -195,7 +193,7 @@ static float *run(gemm_bf16dot_fn f, const dot_case *g, const operands *o)
 {
     float *c = malloc((size_t)o->c_len * sizeof *c);
     memcpy(c, o->c_init, (size_t)o->c_len * sizeof *c);
-    f(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, c + GUARD, o->ldc, g->scaled ? o->c_scale : NULL);
+    f(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, c + SUPPORT_C_GUARD, o->ldc, g->scaled ? o->c_scale : NULL);
     return c;
 }
 
@@ -222,14 +220,14 @@ static void check_ref_against_double(const dot_case *g, const operands *o, const
 {
     for (int64_t i = 0; i < g->m; i++) {
         for (int64_t j = 0; j < g->n; j++) {
-            double c0 = g->scaled ? (double)o->c_scale[i] * o->c_init[GUARD + i * o->ldc + j] : 0.0;
+            double c0 = g->scaled ? (double)o->c_scale[i] * o->c_init[SUPPORT_C_GUARD + i * o->ldc + j] : 0.0;
             double sum = c0, mag = fabs(c0);
             for (int64_t p = 0; p < g->k; p++) {
                 double term = (double)bf16_value(o->a[a_index(o, i, p)]) * bf16_value(o->b[p / 2 * o->ldb + 2 * j + p % 2]);
                 sum += term;
                 mag += fabs(term);
             }
-            double got = c[GUARD + i * o->ldc + j];
+            double got = c[SUPPORT_C_GUARD + i * o->ldc + j];
             double bound = (double)(g->k + 2) * 0x1p-24 * mag + (double)(g->k + 1) * 0x1p-100;
             if (!(fabs(got - sum) <= bound)) {
                 char what[160];
@@ -245,24 +243,9 @@ static void check_ref_against_double(const dot_case *g, const operands *o, const
 static void check_same(const char *who, const dot_case *g, const operands *o, const float *want,
                        const float *got)
 {
-    for (int64_t x = 0; x < o->c_len; x++) {
-        int64_t e = x - GUARD, i = -1, j = -1;
-        if (e >= 0 && o->ldc > 0) {
-            i = e / o->ldc;
-            j = e % o->ldc;
-        }
-        bool inside = i >= 0 && i < g->m && j < g->n;
-        uint32_t w = inside ? oracle_f32_bits(want[x]) : GUARD_BITS;
-        if (oracle_f32_bits(got[x]) != w) {
-            char what[160];
-            describe(what, sizeof what, g);
-            if (inside)
-                fail_msg("%s %s: C[%lld][%lld] = %a (0x%08x), ref %a (0x%08x)", who, what, (long long)i,
-                         (long long)j, (double)got[x], oracle_f32_bits(got[x]), (double)want[x], w);
-            fail_msg("%s %s: wrote element %lld of C's buffer outside the submatrix", who, what,
-                     (long long)e);
-        }
-    }
+    char what[160];
+    describe(what, sizeof what, g);
+    support_expect_c(who, what, g->m, g->n, o->ldc, o->c_len, want, got);
 }
 
 /* Ref (guards, and against double for moderate values), then the kernel
@@ -363,7 +346,7 @@ static void test_flush_band(void **state)
         for (int64_t i = 0; i < g.m; i++) {
             o.c_scale[i] = 1.0f;
             for (int64_t j = 0; j < g.n; j++)
-                o.c_init[GUARD + i * o.ldc + j] =
+                o.c_init[SUPPORT_C_GUARD + i * o.ldc + j] =
                     oracle_f32_from((uint32_t)(support_random() & 0x80000000u) | (0x00800000u + (uint32_t)support_random_in(0, 2)));
         }
         float *want = run(mla_gemm_bf16dot__ref, &g, &o);
