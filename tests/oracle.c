@@ -62,6 +62,11 @@ float oracle_f32_from(uint32_t u)
     return x;
 }
 
+float oracle_bf16_value(uint16_t h)
+{
+    return oracle_f32_from((uint32_t)h << 16);
+}
+
 /* f32 -> 16-bit code, round to nearest, ties to even; NaN quieted. */
 uint16_t oracle_narrow16(const format16 *f, float x)
 {

@@ -30,6 +30,8 @@ extern const format8 ORACLE_E4M3, ORACLE_E5M2;
 
 uint32_t oracle_f32_bits(float x);
 float oracle_f32_from(uint32_t bits);
+/* The value of a bf16 (its bits are the top half of an f32). */
+float oracle_bf16_value(uint16_t h);
 
 /* The infinity code of a 16-bit format. */
 uint16_t oracle_inf_code16(const format16 *f);

@@ -38,11 +38,6 @@ static uint16_t random_bf16(void)
     return (uint16_t)((r & 0x8000u) | ((119u + (r >> 16) % 17u) << 7) | (r >> 40 & 0x7fu));
 }
 
-static float bf16_value(uint16_t h)
-{
-    return oracle_f32_from((uint32_t)h << 16);
-}
-
 /* Operands of one case; c_init holds C (guards included) before the call. */
 typedef struct operands {
     int64_t rs_a, cs_a, ldb, ldc, c_len;
@@ -128,7 +123,7 @@ static void check_ref_against_double(const gemm_case *g, const operands *o, cons
             double sum = c0, mag = fabs(c0);
             for (int64_t p = 0; p < g->k; p++) {
                 int64_t bi = p * o->ldb + j;
-                double term = (double)o->a[i * o->rs_a + p * o->cs_a] * (g->bf16 ? bf16_value(o->bh[bi]) : o->b[bi]);
+                double term = (double)o->a[i * o->rs_a + p * o->cs_a] * (g->bf16 ? oracle_bf16_value(o->bh[bi]) : o->b[bi]);
                 sum += term;
                 mag += fabs(term);
             }

@@ -206,11 +206,6 @@ static void describe(char *buf, size_t size, const dot_case *g)
              names[g->values]);
 }
 
-static float bf16_value(uint16_t h)
-{
-    return oracle_f32_from((uint32_t)h << 16);
-}
-
 /* The ref result against the exact sum in double: each of the k + 1
  * roundings errs by at most 2^-24 of a partial sum, no partial sum exceeds
  * the sum of the magnitudes, and each flushed result or denormal input read
@@ -223,7 +218,7 @@ static void check_ref_against_double(const dot_case *g, const operands *o, const
             double c0 = g->scaled ? (double)o->c_scale[i] * o->c_init[SUPPORT_C_GUARD + i * o->ldc + j] : 0.0;
             double sum = c0, mag = fabs(c0);
             for (int64_t p = 0; p < g->k; p++) {
-                double term = (double)bf16_value(o->a[a_index(o, i, p)]) * bf16_value(o->b[p / 2 * o->ldb + 2 * j + p % 2]);
+                double term = (double)oracle_bf16_value(o->a[a_index(o, i, p)]) * oracle_bf16_value(o->b[p / 2 * o->ldb + 2 * j + p % 2]);
                 sum += term;
                 mag += fabs(term);
             }
