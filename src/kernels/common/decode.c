@@ -9,8 +9,12 @@
  * Query rows r = i*H + h are packed transposed and pre-scaled (Qt, [D][MB])
  * so the scores come out with the query rows along the vector lanes, where
  * the online softmax (max, exp, sum) needs no horizontal reductions. Cache
- * rows are used in place when the cache is f32 and widened tile by tile
- * otherwise (one conversion per row, shared by every query row).
+ * rows are used in place when the cache is f32. Otherwise the scores GEMM
+ * widens them to f32 CHUNK rows at a time just before it uses them, so they
+ * are still in L1 (one conversion per row, shared by every query row), and
+ * P.V reads the tile's widened rows. (Reading a bf16 cache in place with
+ * gemm_bf16, which widens in registers, costs P.V 10-30% on Sapphire
+ * Rapids, whose shifts and shuffles share ports with the FMAs.)
  *
  * With bf16 q and a bf16 cache a backend may have a bf16 dot route
  * (gemm_bf16dot, vdpbf16ps): cache rows are read in place, queries, P and
@@ -33,8 +37,12 @@
 #include <omp.h>
 #include <string.h>
 
-/* Cache rows per tile: the P.V GEMM's depth and the scores GEMM's height. */
-#define TILE 64
+/* Cache rows per tile: the P.V GEMM's depth and the scores GEMM's height.
+ * 128 rather than 64: P.V reloads and stores its C (O) once per tile, which
+ * at depth 64 held the avx512 kernel to ~86% of peak and at 128 to ~93%. */
+#define TILE 128
+/* Cache rows widened per scores GEMM call: 8 x 576 f32 (18 KiB) stays in L1. */
+#define CHUNK 8
 /* Query rows per pass over the cache: a multiple of 16 (every ISA's vector)
  * small enough that O [MB][L] stays in L2. */
 #define MAX_MB 128
@@ -167,72 +175,93 @@ static void pack_queries(const decode_ctx *c, float *ws, int64_t b, int64_t r0, 
     }
 }
 
-/* Splits cache rows [t, t + n) of request b into runs within blocks; widens
- * them into kf for the f32 route unless the cache is f32 (then, as on the
- * dot route, the runs point into the cache). Returns the number of runs;
- * *stride is their row stride in elements. */
-static int64_t load_tile(const decode_ctx *c, float *ws, int64_t b, int64_t t, int64_t n,
-                         row_run *runs, int64_t *stride)
+/* Splits cache rows [t, t + n) of request b into runs within blocks, which
+ * point into the cache. Returns the number of runs. */
+static int64_t split_tile(const decode_ctx *c, int64_t b, int64_t t, int64_t n, row_run *runs)
 {
     const mla_kv_cache *cache = c->cache;
     const int32_t *table = c->a->block_table + b * c->a->block_table_cols;
-    const int64_t d = c->shape.d;
-    const bool in_place = c->dot || cache->dtype == MLA_DTYPE_F32;
-    float *kf = ws + c->x.kf;
     int64_t count = 0;
     for (int64_t j = 0; j < n;) {
         int64_t pos = t + j, off = pos % cache->block_size;
         int64_t len = cache->block_size - off < n - j ? cache->block_size - off : n - j;
         const char *src = (const char *)cache->data +
                           (table[pos / cache->block_size] * cache->block_stride + off * cache->entry_stride) * c->elem_cache;
-        if (in_place) {
-            runs[count++] = (row_run){.rows = src, .count = len, .first = j};
-        } else if (cache->entry_stride == d) {
-            mla_convert_run(c->k, kf + j * d, MLA_DTYPE_F32, src, cache->dtype, len * d, cache->scale);
-        } else {
-            for (int64_t r = 0; r < len; r++)
-                mla_convert_run(c->k, kf + (j + r) * d, MLA_DTYPE_F32,
-                                src + r * cache->entry_stride * c->elem_cache, cache->dtype, d, cache->scale);
-        }
+        runs[count++] = (row_run){.rows = src, .count = len, .first = j};
         j += len;
     }
-    if (!in_place)
-        runs[count++] = (row_run){.rows = kf, .count = n, .first = 0};
-    *stride = in_place ? cache->entry_stride : d;
     return count;
 }
 
-/* Asks for cache rows [t, t + n) of request b ahead of their use, so the
- * next tile streams in from DRAM while this one computes (its blocks are
- * scattered, which the hardware prefetchers do not follow). */
-static void prefetch_tile(const decode_ctx *c, int64_t b, int64_t t, int64_t n)
+/* Widens n rows (row stride `stride` elements) of the cache into dst [n][d]. */
+static void widen_rows(const decode_ctx *c, float *dst, const char *src, int64_t n, int64_t stride)
 {
     const mla_kv_cache *cache = c->cache;
-    const int32_t *table = c->a->block_table + b * c->a->block_table_cols;
+    const int64_t d = c->shape.d;
+    if (stride == d) {
+        mla_convert_run(c->k, dst, MLA_DTYPE_F32, src, cache->dtype, n * d, cache->scale);
+        return;
+    }
+    for (int64_t r = 0; r < n; r++)
+        mla_convert_run(c->k, dst + r * d, MLA_DTYPE_F32, src + r * stride * c->elem_cache, cache->dtype,
+                        d, cache->scale);
+}
+
+/* The next tile's cache rows, asked for ahead of their use so that they
+ * stream in from DRAM while this tile computes (the blocks are scattered,
+ * which the hardware prefetchers do not follow). The scores GEMM asks for
+ * as many rows as it is about to compute on, so the requests trickle out
+ * through the tile rather than stalling the core in one burst, and into L2
+ * (prefetcht2), since a tile of rows is larger than L1. */
+typedef struct prefetch_cursor {
+    int64_t b, pos, end; /* request, next row to ask for, end of the tile */
+} prefetch_cursor;
+
+static void prefetch_rows(const decode_ctx *c, prefetch_cursor *pf, int64_t n)
+{
+    const mla_kv_cache *cache = c->cache;
+    const int32_t *table = c->a->block_table + pf->b * c->a->block_table_cols;
     const int64_t row_bytes = c->shape.d * c->elem_cache;
-    for (int64_t pos = t; pos < t + n; pos++) {
+    for (; n > 0 && pf->pos < pf->end; n--, pf->pos++) {
         const char *row = (const char *)cache->data +
-                          (table[pos / cache->block_size] * cache->block_stride +
-                           pos % cache->block_size * cache->entry_stride) * c->elem_cache;
+                          (table[pf->pos / cache->block_size] * cache->block_stride +
+                           pf->pos % cache->block_size * cache->entry_stride) * c->elem_cache;
         for (int64_t at = 0; at < row_bytes; at += 64)
-            __builtin_prefetch(row + at);
+            __builtin_prefetch(row + at, 0, 1);
     }
 }
 
-/* S[j][r] for the tile's rows, run by run. */
+/* S[j][r] for the tile's rows, run by run. Rows the GEMM cannot read in
+ * place are widened into kf CHUNK at a time. */
 static void tile_scores(const decode_ctx *c, float *ws, const row_run *runs, int64_t nruns,
-                        int64_t stride)
+                        prefetch_cursor *pf)
 {
     const decode_shape *s = &c->shape;
-    float *sc = ws + c->x.s;
+    const int64_t stride = c->cache->entry_stride;
+    const float *qt = ws + c->x.qt;
+    float *sc = ws + c->x.s, *kf = ws + c->x.kf;
     for (int64_t q = 0; q < nruns; q++) {
-        if (c->dot)
-            c->k->gemm_bf16dot(runs[q].count, s->mb, s->d, runs[q].rows, stride / 2, 1,
-                               (const uint16_t *)(ws + c->x.qt), 2 * s->mb,
-                               sc + runs[q].first * s->mb, s->mb, NULL);
-        else
-            c->k->gemm_f32(runs[q].count, s->mb, s->d, runs[q].rows, stride, 1, ws + c->x.qt, s->mb,
-                           sc + runs[q].first * s->mb, s->mb, NULL);
+        const row_run *run = &runs[q];
+        if (c->dot || c->cache->dtype == MLA_DTYPE_F32)
+            prefetch_rows(c, pf, run->count);
+        if (c->dot) {
+            c->k->gemm_bf16dot(run->count, s->mb, s->d, run->rows, stride / 2, 1, (const uint16_t *)qt,
+                               2 * s->mb, sc + run->first * s->mb, s->mb, NULL);
+            continue;
+        }
+        if (c->cache->dtype == MLA_DTYPE_F32) {
+            c->k->gemm_f32(run->count, s->mb, s->d, run->rows, stride, 1, qt, s->mb,
+                           sc + run->first * s->mb, s->mb, NULL);
+            continue;
+        }
+        for (int64_t j = 0; j < run->count; j += CHUNK) {
+            int64_t n = run->count - j < CHUNK ? run->count - j : CHUNK;
+            prefetch_rows(c, pf, n);
+            float *rows = kf + (run->first + j) * s->d;
+            widen_rows(c, rows, (const char *)run->rows + j * stride * c->elem_cache, n, stride);
+            c->k->gemm_f32(n, s->mb, s->d, rows, s->d, 1, qt, s->mb, sc + (run->first + j) * s->mb,
+                           s->mb, NULL);
+        }
     }
 }
 
@@ -249,15 +278,19 @@ static void interleave_pairs(uint16_t *dst, const uint16_t *even, const uint16_t
  * (rounded to bf16) and V as pairs along the tile's rows, a zero row
  * completing an odd tile. */
 static void tile_values(const decode_ctx *c, float *ws, const row_run *runs, int64_t nruns,
-                        int64_t stride, int64_t n)
+                        int64_t n)
 {
     const decode_shape *s = &c->shape;
     float *sc = ws + c->x.s, *o = ws + c->x.o, *alpha = ws + c->x.alpha;
     if (!c->dot) { /* alpha applies once; later runs add to O */
         const float *ones = ws + c->x.ones;
+        if (c->cache->dtype != MLA_DTYPE_F32) { /* rows widened by tile_scores */
+            c->k->gemm_f32(s->mb, s->l, n, sc, 1, s->mb, ws + c->x.kf, s->d, o, s->l, alpha);
+            return;
+        }
         for (int64_t q = 0; q < nruns; q++)
             c->k->gemm_f32(s->mb, s->l, runs[q].count, sc + runs[q].first * s->mb, 1, s->mb,
-                           runs[q].rows, stride, o, s->l, q == 0 ? alpha : ones);
+                           runs[q].rows, c->cache->entry_stride, o, s->l, q == 0 ? alpha : ones);
         return;
     }
     uint16_t *p16 = (uint16_t *)(ws + c->x.p16), *pp = (uint16_t *)(ws + c->x.p_pairs);
@@ -266,7 +299,7 @@ static void tile_values(const decode_ctx *c, float *ws, const row_run *runs, int
     const uint16_t *v[TILE];
     for (int64_t q = 0; q < nruns; q++)
         for (int64_t j = 0; j < runs[q].count; j++)
-            v[runs[q].first + j] = (const uint16_t *)runs[q].rows + j * stride;
+            v[runs[q].first + j] = (const uint16_t *)runs[q].rows + j * c->cache->entry_stride;
     for (int64_t j = 0; j < n; j += 2) {
         bool odd = j + 1 < n;
         interleave_pairs(pp + j * s->mb, p16 + j * s->mb, odd ? p16 + (j + 1) * s->mb : NULL, s->mb);
@@ -278,25 +311,29 @@ static void tile_values(const decode_ctx *c, float *ws, const row_run *runs, int
 /* Online-softmax step over a tile's scores s [n][mb] for the first nr rows:
  * scores times score_scale, new running max, s -> exp(s - max), alpha =
  * exp(old max - new max), and the running sums. A row whose max is still
- * -inf uses 0 as its max, so its exps are 0 and nothing becomes NaN. */
+ * -inf uses 0 as its max, so its exps are 0 and nothing becomes NaN. Every
+ * loop runs along the rows r, which are contiguous, so that it vectorizes. */
 static void softmax_tile(const decode_ctx *c, float *ws, int64_t n, int64_t nr)
 {
     const int64_t mb = c->shape.mb;
     const float scale = c->score_scale;
     float *s = ws + c->x.s, *m = ws + c->x.m, *l = ws + c->x.l, *alpha = ws + c->x.alpha;
-    float mx[MAX_MB];
-    for (int64_t r = 0; r < mb; r++)
+    float mx[MAX_MB], sum[MAX_MB];
+    for (int64_t r = 0; r < mb; r++) {
         mx[r] = m[r];
+        sum[r] = 0.0f;
+    }
     for (int64_t j = 0; j < n; j++) {
-        for (int64_t r = 0; r < nr; r++) {
-            float v = s[j * mb + r] * scale;
-            s[j * mb + r] = v;
-            mx[r] = v > mx[r] ? v : mx[r];
-        }
+        float *row = s + j * mb;
+        if (scale != 1.0f)
+            for (int64_t r = 0; r < nr; r++)
+                row[r] *= scale;
+        for (int64_t r = 0; r < nr; r++)
+            mx[r] = row[r] > mx[r] ? row[r] : mx[r];
     }
     for (int64_t r = 0; r < mb; r++) {
         float use = mx[r] == -INFINITY ? 0.0f : mx[r];
-        alpha[r] = m[r] - use; /* pad rows: 0 - 0 */
+        alpha[r] = m[r] - use; /* pad rows: -inf - 0 */
         m[r] = mx[r];
         mx[r] = use;
     }
@@ -305,12 +342,11 @@ static void softmax_tile(const decode_ctx *c, float *ws, int64_t n, int64_t nr)
             s[j * mb + r] -= mx[r];
     c->k->exp_f32(s, s, n * mb);
     c->k->exp_f32(alpha, alpha, mb);
-    for (int64_t r = 0; r < nr; r++) {
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; j++)
-            sum += s[j * mb + r];
-        l[r] = l[r] * alpha[r] + sum;
-    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t r = 0; r < mb; r++)
+            sum[r] += s[j * mb + r];
+    for (int64_t r = 0; r < nr; r++)
+        l[r] = l[r] * alpha[r] + sum[r];
 }
 
 /* Masks scores of rows that may not see a key: row r (query i) sees keys
@@ -380,15 +416,14 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
         }
         memset(o, 0, (size_t)(s->mb * s->l) * sizeof(float));
         for (int64_t t = t0; t < end; t += TILE) {
-            int64_t n = end - t < TILE ? end - t : TILE, stride;
-            int64_t nruns = load_tile(c, ws, b, t, n, runs, &stride);
-            if (t + n < end)
-                prefetch_tile(c, b, t + n, end - t - n < TILE ? end - t - n : TILE);
-            tile_scores(c, ws, runs, nruns, stride);
+            int64_t n = end - t < TILE ? end - t : TILE;
+            int64_t nruns = split_tile(c, b, t, n, runs);
+            prefetch_cursor pf = {.b = b, .pos = t + n, .end = t + n + TILE < end ? t + n + TILE : end};
+            tile_scores(c, ws, runs, nruns, &pf);
             if (t + n - 1 > last_key0 + r0 / a->num_heads)
                 mask_tile(c, sc, t, n, r0, nr, last_key0);
             softmax_tile(c, ws, n, nr);
-            tile_values(c, ws, runs, nruns, stride, n);
+            tile_values(c, ws, runs, nruns, n);
         }
         finish_rows(c, ws, b, r0, nr, slot);
     }
