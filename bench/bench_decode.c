@@ -35,6 +35,7 @@ typedef struct decode_bench {
     int32_t *seq_lens;    /* [batch]: all ctx */
     void *q;              /* [batch * sq, heads, L + R] */
     void *out;            /* [batch * sq, heads, L] */
+    mla_decode_sched_params sched; /* with --parts */
     void *workspace;
     int64_t workspace_bytes;
     mla_decode_args args;
@@ -126,6 +127,10 @@ static bool decode_bench_init(decode_bench *db, const options *o, const mla_conf
         .q_pe = (char *)db->q + L * q_size, .q_pe_token_stride = H * W, .q_pe_head_stride = W,
         .cache = &db->cache, .block_table = db->block_table, .block_table_cols = cols,
         .seq_lens = db->seq_lens, .out = db->out, .out_token_stride = H * L, .out_head_stride = L};
+    if (o->parts > 0) {
+        db->sched = (mla_decode_sched_params){.num_parts = o->parts, .block_n = 16, .overhead = 2};
+        db->args.sched = &db->sched;
+    }
     for (int t = 0; t < nthreads; t++) {
         int64_t bytes;
         if (!check(mla_decode_workspace_size(&db->args, threads[t], &bytes),

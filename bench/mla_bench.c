@@ -8,7 +8,7 @@
  *             [--tokens T] [--block-size B] [--cache-dtype D] [--src-dtype D] [--json]
  *   mla_bench decode  [--threads N] [--backend NAME] [--reps R] [--heads H] [--batch B]
  *             [--ctx C] [--sq S] [--q-dtype D] [--cache-dtype D] [--block-size B]
- *             [--kv-lora-rank L] [--rope-dim R] [--scaling] [--json]
+ *             [--kv-lora-rank L] [--rope-dim R] [--parts N] [--scaling] [--json]
  *
  * `peak` measures two ceilings: the FMA throughput of each backend (its
  * fma_probe on every thread at once) and memcpy bandwidth. `convert` times
@@ -89,6 +89,8 @@ static const char usage_text[] =
     "  --q-dtype D     decode: q and output dtype (f32 bf16 f16; default f32)\n"
     "  --kv-lora-rank L  decode: latent width L (default 512)\n"
     "  --rope-dim R    decode: rope width R (default 64); the cache is L + R wide\n"
+    "  --parts N       decode: split-KV schedule parts per call (default: one\n"
+    "                  per thread), with the op's 16-token blocks and overhead 2\n"
     "  --scaling       decode: also at 1 thread, and the scaling summary\n"
     "  --json          one JSON object per case and line on stdout, nothing else\n"
     "  --help          this text\n"
@@ -226,6 +228,9 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
                 o->rope_dim = v;
         } else if (strcmp(a, "--q-dtype") == 0) {
             ok = dtype_arg(argc, argv, &i, &o->q_dtype);
+        } else if (strcmp(a, "--parts") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v)))
+                o->parts = v;
         } else if (strcmp(a, "--scaling") == 0) {
             o->scaling = true;
         } else if (strcmp(a, "--backend") == 0) {
