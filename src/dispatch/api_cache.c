@@ -85,12 +85,7 @@ static mla_status check_position(const char *fn, const mla_kv_cache *c, const ml
         return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: request %lld position %lld needs block_table "
                         "column %lld, past block_table_cols %lld", fn, (long long)r,
                         (long long)pos, (long long)col, (long long)spec->block_table_cols);
-    int32_t blk = spec->block_table[r * spec->block_table_cols + col];
-    if (blk < 0 || blk >= c->num_blocks)
-        return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: block_table[%lld][%lld] = %d is outside "
-                        "[0, %lld)", fn, (long long)r, (long long)col, blk,
-                        (long long)c->num_blocks);
-    return MLA_OK;
+    return mla_check_block_id(fn, c, spec->block_table, spec->block_table_cols, r, col);
 }
 
 static mla_status check_seq_start(const char *fn, const mla_gather_spec *spec, int64_t r,

@@ -63,11 +63,9 @@ static mla_status check_requests(const char *fn, const mla_decode_args *a, const
                             (long long)cols, (long long)c->block_size,
                             (long long)a->block_table_cols);
         for (int64_t col = 0; col < cols; col++) {
-            int32_t blk = a->block_table[b * a->block_table_cols + col];
-            if (blk < 0 || blk >= c->num_blocks)
-                return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: block_table[%lld][%lld] = %d is outside "
-                                "[0, %lld)", fn, (long long)b, (long long)col, blk,
-                                (long long)c->num_blocks);
+            mla_status st = mla_check_block_id(fn, c, a->block_table, a->block_table_cols, b, col);
+            if (st != MLA_OK)
+                return st;
         }
     }
     return MLA_OK;

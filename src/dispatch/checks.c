@@ -71,6 +71,16 @@ mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cac
     return MLA_OK;
 }
 
+mla_status mla_check_block_id(const char *fn, const mla_kv_cache *cache, const int32_t *block_table,
+                              int64_t cols, int64_t row, int64_t col)
+{
+    int32_t blk = block_table[row * cols + col];
+    if (blk < 0 || blk >= cache->num_blocks)
+        return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: block_table[%lld][%lld] = %d is outside [0, %lld)",
+                        fn, (long long)row, (long long)col, blk, (long long)cache->num_blocks);
+    return MLA_OK;
+}
+
 int mla_resolve_threads(int threads)
 {
     return threads > 0 ? threads : mla_default_threads();

@@ -20,6 +20,11 @@ mla_status mla_check_rows(const char *fn, const char *what, const void *p, int64
  * resolved. */
 mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cache *out);
 
+/* Entry `col` of block table row `row` (a cache's row of `cols` block ids)
+ * must name a block of the cache. */
+mla_status mla_check_block_id(const char *fn, const mla_kv_cache *cache, const int32_t *block_table,
+                              int64_t cols, int64_t row, int64_t col);
+
 /* threads <= 0 means mla_default_threads(). */
 int mla_resolve_threads(int threads);
 
