@@ -17,7 +17,7 @@
 #define FILL_CHUNK ((int64_t)1 << 20)
 
 /* The arithmetic the decode kernels run: bf16 pairs through the backend's
- * bf16 dot kernel (vdpbf16ps) when it has one and q and the cache are bf16
+ * bf16 dot kernel (vdpbf16ps, BFDOT) when it has one and q and the cache are bf16
  * (the library's rule, mla_gemm_bf16dot_fn), else q and cache widened to f32
  * for FMA. pct_peak is against the f32 FMA probe either way, so a dot route
  * that beats FMA shows above it. */

@@ -219,14 +219,18 @@ typedef void (*mla_gemm_f32_fn)(int64_t m, int64_t n, int64_t k, const float *a,
 typedef void (*mla_gemm_bf16_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,
                                  int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,
                                  int64_t ldc, const float *c_scale);
-/* bf16 dot-product GEMM, x86's vdpbf16ps arithmetic: A and B bf16, k even,
- * products taken in pairs along k. A(i, p) = a[2*(i*rs_a + (p/2)*cs_a) + p%2]
- * (strides count pairs); B(p, j) = b[(p/2)*ldb + 2*j + p%2] (pair-packed
- * rows; ldb counts elements). For i < m, j < n: acc = c_scale ? c_scale[i] *
- * c[i*ldc + j] : 0, then for each pair q in order acc = fma(A(i,2q+1),
- * B(2q+1,j), acc) and acc = fma(A(i,2q), B(2q,j), acc), each rounded to
- * nearest even, with denormal inputs read as zero and tiny results flushed
- * to zero. A table without this kernel (NULL) has no bf16 dot route. */
+/* bf16 dot-product GEMM, in the arithmetic of the ISA's bf16 dot
+ * instruction: A and B bf16, k even, products taken in pairs along k.
+ * A(i, p) = a[2*(i*rs_a + (p/2)*cs_a) + p%2] (strides count pairs);
+ * B(p, j) = b[(p/2)*ldb + 2*j + p%2] (pair-packed rows; ldb counts
+ * elements). For i < m, j < n: acc = c_scale ? c_scale[i] * c[i*ldc + j] : 0,
+ * then for each pair q in order, with denormal inputs read as zero and tiny
+ * results flushed to zero:
+ *   x86 vdpbf16ps: acc = fma(A(i,2q+1), B(2q+1,j), acc), then
+ *     acc = fma(A(i,2q), B(2q,j), acc), each rounded to nearest even;
+ *   Arm BFDOT: acc = acc + (A(i,2q) B(2q,j) + A(i,2q+1) B(2q+1,j)), the sum
+ *     and the accumulation each rounded to odd.
+ * A table without this kernel (NULL) has no bf16 dot route. */
 typedef void (*mla_gemm_bf16dot_fn)(int64_t m, int64_t n, int64_t k, const uint16_t *a,
                                     int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
                                     float *c, int64_t ldc, const float *c_scale);

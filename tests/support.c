@@ -50,6 +50,11 @@ const mla_cpu_raw support_cpu_graviton3 = {
     .hwcap2 = 1ull << 14, /* BF16 */
 };
 
+const mla_cpu_raw support_cpu_neoverse_n1 = {
+    .arch = MLA_ARCH_AARCH64,
+    .hwcap = (1ull << 0) | (1ull << 1) | (1ull << 9) | (1ull << 10), /* FP, ASIMD, FPHP, ASIMDHP */
+};
+
 static const mla_cpu_raw *fake_cpu;
 
 static void fake_reader(mla_cpu_raw *raw)

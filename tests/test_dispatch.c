@@ -146,7 +146,22 @@ static void test_selection_per_cpu(void **state)
     support_use_cpu(&support_cpu_graviton3); /* an Arm CPU offers no x86 ISA */
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
 #elif defined(__aarch64__)
+    support_use_cpu(NULL);
+    bool real_bf16 = mla_cpu_caps_detected() & MLA_CAP_BF16;
     support_use_cpu(&support_cpu_graviton3);
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "neon_bf16");
+    assert_string_equal(selected(MLA_OP_DECODE, &f32q), "neon");
+    /* bf16 q with a bf16 cache takes the BFDOT backend, unless this machine
+     * can run it and timed it slower than its f32 route at init */
+    const char *bf16_choice = selected(MLA_OP_DECODE, &bf16q);
+    if (strcmp(bf16_choice, "neon_bf16") != 0) {
+        assert_true(real_bf16);
+        assert_string_equal(bf16_choice, "neon");
+        assert_int_equal(mla_force_backend(MLA_OP_DECODE, "neon_bf16"), MLA_OK);
+        assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "neon_bf16");
+        assert_int_equal(mla_force_backend(MLA_OP_DECODE, NULL), MLA_OK);
+    }
+    support_use_cpu(&support_cpu_neoverse_n1);
     assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "neon");
     support_use_cpu(&support_cpu_zen3);
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
@@ -208,8 +223,8 @@ static void test_env_max_isa(void **state)
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
 #elif defined(__aarch64__)
     support_use_cpu(&support_cpu_graviton3);
-    support_setenv("MLA_MAX_ISA", "neon");
-    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "neon");
+    support_setenv("MLA_MAX_ISA", "neon"); /* the top level: keeps BF16 */
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "neon_bf16");
     support_setenv("MLA_MAX_ISA", "avx2");
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
 #endif

@@ -1,10 +1,12 @@
 /*
- * The bf16 dot-product GEMM (vdpbf16ps): the ref emulation against answers
- * recorded from the instruction itself and against a double-precision dot
- * product; the AVX512_BF16 kernel bit-exact against the ref over tile edges,
- * the hot decode shapes, padded strides, unaligned pointers, both c_scale
- * modes, and values that reach denormals, zeros of both signs, overflow,
- * infinities and NaNs; nothing outside the m x n submatrix of C written.
+ * The bf16 dot-product GEMMs, one flavour per instruction: vdpbf16ps
+ * (AVX512_BF16) and BFDOT (FEAT_BF16), whose roundings differ. Each ref twin
+ * against answers recorded from its instruction and against a
+ * double-precision dot product; each kernel, where this CPU has it,
+ * bit-exact against its twin over tile edges, the hot decode shapes, padded
+ * strides, unaligned pointers, both c_scale modes, and values that reach
+ * denormals, zeros of both signs, overflow, infinities and NaNs; nothing
+ * outside the m x n submatrix of C written.
  */
 #include "kernels/kernels.h"
 #include "oracle.h"
@@ -15,26 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 typedef mla_gemm_bf16dot_fn gemm_bf16dot_fn;
 
-/* Bits of C outside the submatrix: must stay as they are. */
-
-/* The kernel under test, or NULL (printing why) if this CPU can't run it. */
-static gemm_bf16dot_fn kernel_or_skip(void)
-{
-    support_use_cpu(NULL);
-#if defined(__x86_64__)
-    if (mla_cpu_caps() & MLA_CAP_AVX512_BF16)
-        return mla_gemm_bf16dot__avx512bf16;
-#endif
-    print_message("[ SKIPPED  ] mla_gemm_bf16dot__avx512bf16: cpu lacks avx512_bf16\n");
-    return NULL;
-}
-
-/* ---- answers recorded from vdpbf16ps (Zen 4) -------------------------------- */
-
-/* One lane: acc, then B's pair (src1) and A's pair (src2), low element first. */
+/* One lane: acc, then B's pair and A's pair, low element first. */
 typedef struct known {
     uint32_t acc;
     uint16_t b_lo, b_hi, a_lo, a_hi;
@@ -43,7 +28,8 @@ typedef struct known {
 } known;
 
 #define ONE 0x3f80
-static const known known_answers[] = {
+/* Recorded from vdpbf16ps on Zen 4. */
+static const known vdpbf16ps_answers[] = {
     {0x3f800001, 0xb480, 0x3380, ONE, ONE, 0x3f800000, "high pair first: (1+2^-23) + 2^-24 - 2^-22"},
     {0xff7fffff, 0, 0x5f80, 0, 0x5f80, 0x73800000, "fused: product 2^128 exact, -FLT_MAX + 2^128 = 2^104"},
     {0x7f7fffff, 0, 0x7300, 0, ONE, 0x7f800000, "FLT_MAX + 2^103 is a tie: rounds to even (inf)"},
@@ -69,6 +55,63 @@ static const known known_answers[] = {
     {0xffc00007, ONE, ONE, ONE, ONE, 0xffc00007, "NaN priority: then acc"},
 };
 
+/* Worked from Arm's BFDotAdd pseudocode (FPCR.EBF = 0); BFDOT under
+ * qemu-aarch64 -cpu max gives each of them. */
+static const known bfdot_answers[] = {
+    {0x3f800000, 0x3380, 0, ONE, 0, 0x3f800001, "1 + 2^-24 rounds to odd, not to even"},
+    {0xbf800000, ONE, 0x3080, ONE, ONE, 0x34000000, "the pair sum rounds first: (1 + 2^-30 -> 1 + 2^-23) - 1"},
+    {0x00000000, ONE, 0xb080, ONE, ONE, 0x3f7fffff, "1 - 2^-30 truncates to 1 - 2^-24, odd"},
+    {0x3f800000, 0x8d80, 0, ONE, 0, 0x3f7fffff, "1 - 2^-100: far below the last bit, sticky"},
+    {0x3f800000, 0x0d80, 0, ONE, 0, 0x3f800001, "1 + 2^-100: far below the last bit, sticky"},
+    {0x7f7fffff, 0, 0x7300, 0, ONE, 0x7f7fffff, "FLT_MAX + 2^103 truncates to FLT_MAX, odd"},
+    {0x7f7fffff, 0, 0x7f7f, 0, ONE, 0x7f800000, "FLT_MAX + 1.99 * 2^127 is past 2^128: inf"},
+    {0x00800000, 0, 0x9a00, 0, 0x1a00, 0x00800000, "product -2^-150 is tiny: flushed before the sum"},
+    {0x80c00000, 0x2020, 0, 0x2000, 0, 0x80000000, "-1.5 FLT_MIN + 1.25 FLT_MIN is tiny: -0"},
+    {0x3f800000, 0xbf80, 0, ONE, 0, 0x00000000, "exact cancellation is +0"},
+    {0x80000000, 0x8000, 0x8000, ONE, ONE, 0x80000000, "-0 + (-0 + -0) stays -0"},
+    {0x80000001, 0x8000, 0x8000, ONE, ONE, 0x80000000, "denormal acc reads as -0"},
+    {0x00000000, 0x0001, 0, 0x7180, 0, 0x00000000, "denormal bf16 times 2^100 is 0"},
+    {0x3f800000, 0, 0x7f80, 0, ONE, 0x7f800000, "1 + inf"},
+    {0x00000000, 0, 0x7f80, 0, 0, 0x7fc00000, "inf * 0: default NaN"},
+    {0xff800000, 0, 0x7f80, 0, ONE, 0x7fc00000, "-inf + inf: default NaN"},
+    {0x00000000, 0x7f81, 0, ONE, 0, 0x7fc00000, "a NaN input gives the default NaN"},
+    {0xffc00007, ONE, ONE, ONE, ONE, 0x7fc00000, "a NaN acc gives the default NaN"},
+};
+
+/* An instruction's arithmetic: its portable twin, its kernel (NULL when not
+ * compiled for this architecture or the CPU lacks it) and the most one
+ * rounding may err, relative. */
+typedef struct flavour {
+    const char *name;
+    gemm_bf16dot_fn twin, kernel;
+    double rounding;
+    const known *answers;
+    size_t answer_count;
+} flavour;
+
+enum { FLAVOURS = 2 };
+
+static void get_flavours(flavour f[FLAVOURS], bool report)
+{
+    support_use_cpu(NULL);
+    const mla_caps caps = mla_cpu_caps();
+    (void)caps; /* unused on other architectures */
+    f[0] = (flavour){"avx512bf16", mla_gemm_bf16dot__ref, NULL, 0x1p-24, vdpbf16ps_answers,
+                     sizeof vdpbf16ps_answers / sizeof vdpbf16ps_answers[0]};
+    f[1] = (flavour){"neonbf16", mla_gemm_bf16dot__ref_bfdot, NULL, 0x1p-23, bfdot_answers,
+                     sizeof bfdot_answers / sizeof bfdot_answers[0]};
+#if defined(__x86_64__)
+    if (caps & MLA_CAP_AVX512_BF16)
+        f[0].kernel = mla_gemm_bf16dot__avx512bf16;
+#elif defined(__aarch64__)
+    if (caps & MLA_CAP_BF16)
+        f[1].kernel = mla_gemm_bf16dot__neonbf16;
+#endif
+    for (int i = 0; i < FLAVOURS; i++)
+        if (report && !f[i].kernel)
+            print_message("[ SKIPPED  ] mla_gemm_bf16dot__%s: not on this cpu (its twin is tested)\n", f[i].name);
+}
+
 static uint32_t one_lane(gemm_bf16dot_fn f, const known *t)
 {
     uint16_t a[2] = {t->a_lo, t->a_hi}, b[2] = {t->b_lo, t->b_hi};
@@ -80,14 +123,17 @@ static uint32_t one_lane(gemm_bf16dot_fn f, const known *t)
 static void test_known_answers(void **state)
 {
     (void)state;
-    gemm_bf16dot_fn kernel = kernel_or_skip();
-    for (size_t i = 0; i < sizeof known_answers / sizeof known_answers[0]; i++) {
-        const known *t = &known_answers[i];
-        uint32_t got = one_lane(mla_gemm_bf16dot__ref, t);
-        if (got != t->want)
-            fail_msg("ref: %s: got 0x%08x, want 0x%08x", t->what, got, t->want);
-        if (kernel && (got = one_lane(kernel, t)) != t->want)
-            fail_msg("avx512bf16: %s: got 0x%08x, want 0x%08x", t->what, got, t->want);
+    flavour fl[FLAVOURS];
+    get_flavours(fl, true);
+    for (int f = 0; f < FLAVOURS; f++) {
+        for (size_t i = 0; i < fl[f].answer_count; i++) {
+            const known *t = &fl[f].answers[i];
+            uint32_t got = one_lane(fl[f].twin, t);
+            if (got != t->want)
+                fail_msg("%s twin: %s: got 0x%08x, want 0x%08x", fl[f].name, t->what, got, t->want);
+            if (fl[f].kernel && (got = one_lane(fl[f].kernel, t)) != t->want)
+                fail_msg("%s: %s: got 0x%08x, want 0x%08x", fl[f].name, t->what, got, t->want);
+        }
     }
 }
 
@@ -206,12 +252,14 @@ static void describe(char *buf, size_t size, const dot_case *g)
              names[g->values]);
 }
 
-/* The ref result against the exact sum in double: each of the k + 1
- * roundings errs by at most 2^-24 of a partial sum, no partial sum exceeds
+/* The twin's result against the exact sum in double: each of the k + 1
+ * roundings (BFDOT: k / 2 pair sums and k / 2 accumulations; its products
+ * are exact) errs by at most `rounding` of a partial sum, no partial sum exceeds
  * the sum of the magnitudes, and each flushed result or denormal input read
  * as zero moves the sum by less than 2^-100 with these magnitudes. With
  * c_scale NULL no element may be NaN (C was NaN and must not have been read). */
-static void check_ref_against_double(const dot_case *g, const operands *o, const float *c)
+static void check_twin_against_double(const flavour *fl, const dot_case *g, const operands *o,
+                                      const float *c)
 {
     for (int64_t i = 0; i < g->m; i++) {
         for (int64_t j = 0; j < g->n; j++) {
@@ -223,11 +271,11 @@ static void check_ref_against_double(const dot_case *g, const operands *o, const
                 mag += fabs(term);
             }
             double got = c[SUPPORT_C_GUARD + i * o->ldc + j];
-            double bound = (double)(g->k + 2) * 0x1p-24 * mag + (double)(g->k + 1) * 0x1p-100;
+            double bound = (double)(g->k + 2) * fl->rounding * mag + (double)(g->k + 1) * 0x1p-100;
             if (!(fabs(got - sum) <= bound)) {
                 char what[160];
                 describe(what, sizeof what, g);
-                fail_msg("ref %s: C[%lld][%lld] = %.9g, double sum %.9g, bound %.3g", what, (long long)i,
+                fail_msg("%s twin %s: C[%lld][%lld] = %.9g, double sum %.9g, bound %.3g", fl->name, what, (long long)i,
                          (long long)j, got, sum, bound);
             }
         }
@@ -243,18 +291,18 @@ static void check_same(const char *who, const dot_case *g, const operands *o, co
     support_expect_c(who, what, g->m, g->n, o->ldc, o->c_len, want, got);
 }
 
-/* Ref (guards, and against double for moderate values), then the kernel
- * bit-exact against ref when there is one. */
-static void check_case(gemm_bf16dot_fn kernel, const dot_case *g)
+/* The twin (guards, and against double for moderate values), then the
+ * kernel bit-exact against the twin when there is one. */
+static void check_case(const flavour *fl, const dot_case *g)
 {
     operands o = make_operands(g);
-    float *want = run(mla_gemm_bf16dot__ref, g, &o);
-    check_same("ref", g, &o, want, want); /* guards only */
+    float *want = run(fl->twin, g, &o);
+    check_same("twin", g, &o, want, want); /* guards only */
     if (g->values == MODERATE)
-        check_ref_against_double(g, &o, want);
-    if (kernel) {
-        float *got = run(kernel, g, &o);
-        check_same("avx512bf16", g, &o, want, got);
+        check_twin_against_double(fl, g, &o, want);
+    if (fl->kernel) {
+        float *got = run(fl->kernel, g, &o);
+        check_same(fl->name, g, &o, want, got);
         free(got);
     }
     free(want);
@@ -280,57 +328,49 @@ static const int64_t edge_n[] = {0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63
 static const int64_t edge_k[] = {0, 2, 4, 6, 30, 64, 66, 200};
 #define COUNT(x) (int64_t)(sizeof x / sizeof x[0])
 
-static void test_edges(void **state)
+static void edges_of(const flavour *fl)
 {
-    (void)state;
-    gemm_bf16dot_fn kernel = kernel_or_skip();
     for (int iter = 0; iter < 1500; iter++) {
         dot_case g = random_case(edge_m[support_random_in(0, COUNT(edge_m) - 1)],
                                  edge_n[support_random_in(0, COUNT(edge_n) - 1)],
                                  edge_k[support_random_in(0, COUNT(edge_k) - 1)]);
-        check_case(kernel, &g);
+        check_case(fl, &g);
     }
 }
 
 /* Every (m, n) up to two tiles each way: all tails in both directions. */
-static void test_all_small_shapes(void **state)
+static void all_small_shapes_of(const flavour *fl)
 {
-    (void)state;
-    gemm_bf16dot_fn kernel = kernel_or_skip();
     for (int64_t m = 0; m <= 17; m++)
         for (int64_t n = 0; n <= 100; n++)
-            check_case(kernel, &(dot_case){.m = m, .n = n, .k = 10, .pad_c = n % 3, .scaled = n % 2,
+            check_case(fl, &(dot_case){.m = m, .n = n, .k = 10, .pad_c = n % 3, .scaled = n % 2,
                                            .values = (values)((m + n) % 4)});
 }
 
 /* The calls decode makes, at their real strides: scores (q rows of 576,
  * keys pair-packed 2n wide, C fresh) and P.V (P rows of 64, values
  * pair-packed 1024 wide, C rescaled), including their tails. */
-static void test_hot_shapes(void **state)
+static void hot_shapes_of(const flavour *fl)
 {
-    (void)state;
-    gemm_bf16dot_fn kernel = kernel_or_skip();
     for (int64_t n = 16; n <= 128; n += 16)
         for (int v = MODERATE; v <= SPECIAL; v++)
-            check_case(kernel, &(dot_case){.m = 64, .n = n, .k = 576, .values = (values)v});
-    check_case(kernel, &(dot_case){.m = 1, .n = 128, .k = 576, .pad_a = 64});
-    check_case(kernel, &(dot_case){.m = 37, .n = 80, .k = 576, .pad_a = 64, .values = TINY});
+            check_case(fl, &(dot_case){.m = 64, .n = n, .k = 576, .values = (values)v});
+    check_case(fl, &(dot_case){.m = 1, .n = 128, .k = 576, .pad_a = 64});
+    check_case(fl, &(dot_case){.m = 37, .n = 80, .k = 576, .pad_a = 64, .values = TINY});
     for (int64_t m = 16; m <= 128; m *= 2)
         for (int v = MODERATE; v <= SPECIAL; v++)
-            check_case(kernel, &(dot_case){.m = m, .n = 512, .k = 64, .scaled = true, .values = (values)v});
-    check_case(kernel, &(dot_case){.m = 48, .n = 512, .k = 30, .pad_a = 34, .scaled = true});
-    check_case(kernel, &(dot_case){.m = 128, .n = 512, .k = 64, .a_by_column = true, .scaled = true});
-    check_case(kernel, &(dot_case){.m = 16, .n = 512, .k = 30, .pad_a = 4, .a_by_column = true, .scaled = true});
-    check_case(kernel, &(dot_case){.m = 16, .n = 512, .k = 2, .pad_a = 62, .scaled = true});
+            check_case(fl, &(dot_case){.m = m, .n = 512, .k = 64, .scaled = true, .values = (values)v});
+    check_case(fl, &(dot_case){.m = 48, .n = 512, .k = 30, .pad_a = 34, .scaled = true});
+    check_case(fl, &(dot_case){.m = 128, .n = 512, .k = 64, .a_by_column = true, .scaled = true});
+    check_case(fl, &(dot_case){.m = 16, .n = 512, .k = 30, .pad_a = 4, .a_by_column = true, .scaled = true});
+    check_case(fl, &(dot_case){.m = 16, .n = 512, .k = 2, .pad_a = 62, .scaled = true});
 }
 
 /* Sums that land within 2^-149 of FLT_MIN, either sign: C one or two steps
  * of the grid above FLT_MIN, products of 2^-150 to 2^-135 (finer than the
  * grid), so flushing hangs on rounding with unbounded exponent. */
-static void test_flush_band(void **state)
+static void flush_band_of(const flavour *fl)
 {
-    (void)state;
-    gemm_bf16dot_fn kernel = kernel_or_skip();
     for (int iter = 0; iter < 20; iter++) {
         dot_case g = {.m = 40, .n = 70, .k = 2, .scaled = true, .values = TINY};
         operands o = make_operands(&g);
@@ -344,10 +384,10 @@ static void test_flush_band(void **state)
                 o.c_init[SUPPORT_C_GUARD + i * o.ldc + j] =
                     oracle_f32_from((uint32_t)(support_random() & 0x80000000u) | (0x00800000u + (uint32_t)support_random_in(0, 2)));
         }
-        float *want = run(mla_gemm_bf16dot__ref, &g, &o);
-        if (kernel) {
-            float *got = run(kernel, &g, &o);
-            check_same("avx512bf16", &g, &o, want, got);
+        float *want = run(fl->twin, &g, &o);
+        if (fl->kernel) {
+            float *got = run(fl->kernel, &g, &o);
+            check_same(fl->name, &g, &o, want, got);
             free(got);
         }
         free(want);
@@ -356,18 +396,32 @@ static void test_flush_band(void **state)
 }
 
 /* Random shapes, strides and values. */
-static void test_random(void **state)
+static void random_of(const flavour *fl)
 {
-    (void)state;
-    gemm_bf16dot_fn kernel = kernel_or_skip();
     for (int iter = 0; iter < 1000; iter++) {
         dot_case g = random_case(support_random_in(0, 40), support_random_in(0, 150),
                                  2 * support_random_in(0, 60));
-        check_case(kernel, &g);
+        check_case(fl, &g);
     }
-    if (kernel)
-        print_message("[ KERNEL   ] avx512bf16: bit-exact with the ref emulation\n");
+    if (fl->kernel)
+        print_message("[ KERNEL   ] %s: bit-exact with its ref twin\n", fl->name);
 }
+
+/* Runs each check for both flavours. */
+#define FOR_EACH_FLAVOUR(check)                                                        \
+    static void test_##check(void **state)                                           \
+    {                                                                                \
+        (void)state;                                                                 \
+        flavour fl[FLAVOURS];                                                        \
+        get_flavours(fl, false);                                                     \
+        for (int f = 0; f < FLAVOURS; f++)                                           \
+            check##_of(&fl[f]);                                                      \
+    }
+FOR_EACH_FLAVOUR(edges)
+FOR_EACH_FLAVOUR(all_small_shapes)
+FOR_EACH_FLAVOUR(hot_shapes)
+FOR_EACH_FLAVOUR(flush_band)
+FOR_EACH_FLAVOUR(random)
 
 int main(void)
 {

@@ -45,6 +45,17 @@ static const mla_backend_desc builtin_backends[] = {
     },
 #elif defined(__aarch64__)
     {
+        /* BFDOT for QK and PV when both q and the cache are bf16 */
+        .name = "neon_bf16",
+        .isa = "neon_bf16",
+        .priority = 30,
+        .required_caps = MLA_CAP_ASIMD | MLA_CAP_BF16,
+        .ops = ALL_OPS,
+        .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
+        .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
+        .kernels = MLA_KERNEL_TABLE(neon, .gemm_bf16dot = mla_gemm_bf16dot__neonbf16),
+    },
+    {
         .name = "neon",
         .isa = "neon",
         .priority = 20,

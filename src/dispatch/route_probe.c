@@ -1,6 +1,7 @@
 /* Whether a backend's bf16 dot GEMM pays on this CPU: vdpbf16ps runs at
  * twice the f32 FMA's FLOP rate on Zen 4 but at about half of it on Sapphire
- * Rapids, so which decode route is faster is a property of the CPU. Timed
+ * Rapids (and BFDOT's rate against FMLA varies among Arm cores too), so
+ * which decode route is faster is a property of the CPU. Timed
  * once per backend at init, on the decode scores shape. */
 #include "dispatch.h"
 

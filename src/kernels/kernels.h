@@ -36,14 +36,18 @@ MLA_DECLARE_KERNELS(avx512)
 MLA_DECLARE_KERNELS(neon)
 #endif
 
-/* The bf16 dot GEMM exists as the ref emulation and for AVX512_BF16 only. */
-void mla_gemm_bf16dot__ref(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
-                           int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
-                           const float *c_scale);
+/* The bf16 dot GEMM exists for AVX512_BF16 (vdpbf16ps) and FEAT_BF16
+ * (BFDOT), whose arithmetic differs, and as a portable twin of each. */
+#define MLA_DECLARE_GEMM_BF16DOT(isa)                                                          \
+    void mla_gemm_bf16dot__##isa(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a, \
+                                 int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,       \
+                                 int64_t ldc, const float *c_scale);
+MLA_DECLARE_GEMM_BF16DOT(ref)       /* vdpbf16ps */
+MLA_DECLARE_GEMM_BF16DOT(ref_bfdot) /* BFDOT */
 #if defined(__x86_64__)
-void mla_gemm_bf16dot__avx512bf16(int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                                  int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
-                                  float *c, int64_t ldc, const float *c_scale);
+MLA_DECLARE_GEMM_BF16DOT(avx512bf16)
+#elif defined(__aarch64__)
+MLA_DECLARE_GEMM_BF16DOT(neonbf16)
 #endif
 
 /* The full table of one ISA, for designated initializers. */

@@ -17,7 +17,7 @@
  * Rapids, whose shifts and shuffles share ports with the FMAs.)
  *
  * With bf16 q and a bf16 cache a backend may have a bf16 dot route
- * (gemm_bf16dot, vdpbf16ps): cache rows are read in place, queries, P and
+ * (gemm_bf16dot: vdpbf16ps, BFDOT): cache rows are read in place, queries, P and
  * each tile's V rows are packed as bf16 pairs along the GEMM depth, and the
  * scale is applied to the scores.
  *
