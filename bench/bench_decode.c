@@ -16,17 +16,20 @@
 /* The random fill converts through an f32 buffer of this many values. */
 #define FILL_CHUNK ((int64_t)1 << 20)
 
-/* The arithmetic the decode kernels run: bf16 pairs through the backend's
- * bf16 dot kernel (vdpbf16ps, BFDOT) when it has one and q and the cache are bf16
- * (the library's rule, mla_gemm_bf16dot_fn), else q and cache widened to f32
- * for FMA. pct_peak is against the f32 FMA probe either way, so a dot route
- * that beats FMA shows above it. */
+/* The arithmetic the decode kernels run (the library's rule): bf16 pairs
+ * through the backend's bf16 dot kernel (vdpbf16ps, BFDOT) when it has one
+ * and q and the cache are bf16; f16 through its f16 kernel (FMLAL) when it
+ * has one and both are f16; else q and cache widened to f32 for FMA.
+ * pct_peak is against the f32 FMA probe either way, so a half-precision
+ * route that beats FMA shows above it. */
 static const char *decode_route(const char *backend, const mla_config *cfg)
 {
     const mla_backend_desc *d = mla_backend_find(backend);
-    bool dot = d && d->kernels.gemm_bf16dot && cfg->q_dtype == MLA_DTYPE_BF16 &&
-               cfg->cache_dtype == MLA_DTYPE_BF16;
-    return dot ? "bf16-dot" : "f32-fma";
+    if (d && d->kernels.gemm_bf16dot && cfg->q_dtype == MLA_DTYPE_BF16 && cfg->cache_dtype == MLA_DTYPE_BF16)
+        return "bf16-dot";
+    if (d && d->kernels.gemm_f16f16 && cfg->q_dtype == MLA_DTYPE_F16 && cfg->cache_dtype == MLA_DTYPE_F16)
+        return "f16-fmlal";
+    return "f32-fma";
 }
 
 typedef struct decode_bench {

@@ -100,6 +100,7 @@ typedef enum mla_cap {
     MLA_CAP_ASIMD_FP16 = 1u << 17, /* FP16 arithmetic (FEAT_FP16)        */
     MLA_CAP_BF16 = 1u << 18,       /* BFDOT/BFMMLA/BFCVT (FEAT_BF16)     */
     MLA_CAP_SVE = 1u << 19,
+    MLA_CAP_ASIMD_FHM = 1u << 20,  /* FMLAL/FMLSL (FEAT_FHM)             */
 } mla_cap;
 
 typedef uint32_t mla_caps; /* a set of mla_cap bits */
@@ -173,7 +174,7 @@ MLA_API mla_config mla_config_default(void);
 
 /* Micro-kernel signatures. A custom backend may leave any pointer NULL; it
  * then inherits the ref kernel, as BLIS contexts start from reference
- * kernels (gemm_bf16dot excepted). Conversions round to nearest even and
+ * kernels (gemm_bf16dot and gemm_f16f16 excepted). Conversions round to nearest even and
  * keep infinities and denormals; NaNs stay NaN (quieted, except bf16 -> f32,
  * a pure shift). */
 typedef void (*mla_cvt_bf16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
@@ -234,6 +235,13 @@ typedef void (*mla_gemm_bf16_fn)(int64_t m, int64_t n, int64_t k, const float *a
 typedef void (*mla_gemm_bf16dot_fn)(int64_t m, int64_t n, int64_t k, const uint16_t *a,
                                     int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
                                     float *c, int64_t ldc, const float *c_scale);
+/* f16 GEMM with f32 accumulation: mla_gemm_f32_fn with A and B read as f16,
+ * each widened exactly, so it gives gemm_f32's bits on the widened operands
+ * (f16 products are exact in f32; Arm's FMLAL rounds each step once). A
+ * table without this kernel (NULL) has no f16 route. */
+typedef void (*mla_gemm_f16f16_fn)(int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                                   int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
+                                   float *c, int64_t ldc, const float *c_scale);
 
 typedef struct mla_kernels {
     mla_cvt_bf16_f32_fn cvt_bf16_f32;
@@ -251,6 +259,7 @@ typedef struct mla_kernels {
     mla_gemm_f32_fn gemm_f32;
     mla_gemm_bf16_fn gemm_bf16;
     mla_gemm_bf16dot_fn gemm_bf16dot; /* not inherited from ref: NULL = no route */
+    mla_gemm_f16f16_fn gemm_f16f16;   /* not inherited from ref: NULL = no route */
 } mla_kernels;
 
 #define MLA_MAX_HEAD_DIMS 4
@@ -309,7 +318,7 @@ MLA_API const char *mla_last_backend(void);
 /* Add a backend (MLA_ERR_ALREADY_EXISTS if the name is taken), or replace an
  * existing one of the same name when `override` is true (a built-in too).
  * The descriptor and its strings are copied. NULL kernels inherit ref's
- * (but gemm_bf16dot, whose NULL means no bf16 dot route). */
+ * (but gemm_bf16dot and gemm_f16f16, whose NULL means no such route). */
 MLA_API mla_status mla_register_backend(const mla_backend_desc *desc, bool override);
 
 /* ------------------------------------------------------------------------ */

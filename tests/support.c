@@ -45,8 +45,8 @@ const mla_cpu_raw support_cpu_spr_no_zmm_os = {
 
 const mla_cpu_raw support_cpu_graviton3 = {
     .arch = MLA_ARCH_AARCH64,
-    /* FP, ASIMD, ..., FPHP, ASIMDHP, ..., SVE */
-    .hwcap = (1ull << 0) | (1ull << 1) | (1ull << 9) | (1ull << 10) | (1ull << 22),
+    /* FP, ASIMD, ..., FPHP, ASIMDHP, ..., SVE, ASIMDFHM */
+    .hwcap = (1ull << 0) | (1ull << 1) | (1ull << 9) | (1ull << 10) | (1ull << 22) | (1ull << 23),
     .hwcap2 = 1ull << 14, /* BF16 */
 };
 

@@ -15,7 +15,7 @@ extern const mla_cpu_raw support_cpu_zen3;            /* AVX2 + FMA + F16C      
 extern const mla_cpu_raw support_cpu_sapphire_rapids; /* AVX-512 + BF16 + FP16 + AMX */
 extern const mla_cpu_raw support_cpu_spr_no_zmm_os;   /* same CPU, OS saves no ZMM   */
 extern const mla_cpu_raw support_cpu_graviton3;       /* Neoverse V1                 */
-extern const mla_cpu_raw support_cpu_neoverse_n1;     /* Graviton2: no BF16          */
+extern const mla_cpu_raw support_cpu_neoverse_n1;     /* Graviton2: no BF16, no FHM  */
 
 /* Installs a reader presenting `raw` (NULL: the real CPU), clears every MLA_*
  * environment variable and registration, so the next call re-initializes. */

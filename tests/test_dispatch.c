@@ -74,7 +74,7 @@ static void test_decode_graviton3(void **state)
 {
     (void)state;
     assert_int_equal(mla_cpu_caps_decode(&support_cpu_graviton3),
-                     MLA_CAP_ASIMD | MLA_CAP_ASIMD_FP16 | MLA_CAP_BF16 | MLA_CAP_SVE);
+                     MLA_CAP_ASIMD | MLA_CAP_ASIMD_FP16 | MLA_CAP_BF16 | MLA_CAP_SVE | MLA_CAP_ASIMD_FHM);
 }
 
 static void test_cap_names(void **state)
@@ -82,7 +82,7 @@ static void test_cap_names(void **state)
     (void)state;
     char buf[256];
     size_t need = mla_caps_format(mla_cpu_caps_decode(&support_cpu_graviton3), buf, sizeof buf);
-    assert_string_equal(buf, "asimd asimd_fp16 bf16 sve");
+    assert_string_equal(buf, "asimd asimd_fp16 bf16 sve asimd_fhm");
     assert_int_equal(need, strlen(buf));
     char tiny[6];
     assert_int_equal(mla_caps_format(MLA_CAP_AVX2 | MLA_CAP_FMA, tiny, sizeof tiny), strlen("avx2 fma"));
@@ -146,23 +146,34 @@ static void test_selection_per_cpu(void **state)
     support_use_cpu(&support_cpu_graviton3); /* an Arm CPU offers no x86 ISA */
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
 #elif defined(__aarch64__)
+    mla_config f16 = f32q;
+    f16.q_dtype = f16.cache_dtype = MLA_DTYPE_F16;
     support_use_cpu(NULL);
-    bool real_bf16 = mla_cpu_caps_detected() & MLA_CAP_BF16;
+    const mla_caps real = mla_cpu_caps_detected();
     support_use_cpu(&support_cpu_graviton3);
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "neon_bf16");
     assert_string_equal(selected(MLA_OP_DECODE, &f32q), "neon");
-    /* bf16 q with a bf16 cache takes the BFDOT backend, unless this machine
-     * can run it and timed it slower than its f32 route at init */
-    const char *bf16_choice = selected(MLA_OP_DECODE, &bf16q);
-    if (strcmp(bf16_choice, "neon_bf16") != 0) {
-        assert_true(real_bf16);
-        assert_string_equal(bf16_choice, "neon");
-        assert_int_equal(mla_force_backend(MLA_OP_DECODE, "neon_bf16"), MLA_OK);
-        assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "neon_bf16");
-        assert_int_equal(mla_force_backend(MLA_OP_DECODE, NULL), MLA_OK);
+    /* bf16 q with a bf16 cache takes the BFDOT backend and f16 with f16 the
+     * FMLAL one, unless this machine can run it and timed it slower than its
+     * f32 route at init: then neon, while forcing still works */
+    const struct {
+        const mla_config *cfg;
+        const char *backend;
+        mla_cap cap;
+    } half[] = {{&bf16q, "neon_bf16", MLA_CAP_BF16}, {&f16, "neon_fp16", MLA_CAP_ASIMD_FHM}};
+    for (int i = 0; i < 2; i++) {
+        const char *choice = selected(MLA_OP_DECODE, half[i].cfg);
+        if (strcmp(choice, half[i].backend) != 0) {
+            assert_true(real & half[i].cap);
+            assert_string_equal(choice, "neon");
+            assert_int_equal(mla_force_backend(MLA_OP_DECODE, half[i].backend), MLA_OK);
+            assert_string_equal(selected(MLA_OP_DECODE, half[i].cfg), half[i].backend);
+            assert_int_equal(mla_force_backend(MLA_OP_DECODE, NULL), MLA_OK);
+        }
     }
     support_use_cpu(&support_cpu_neoverse_n1);
     assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "neon");
+    assert_string_equal(selected(MLA_OP_DECODE, &f16), "neon");
     support_use_cpu(&support_cpu_zen3);
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "ref");
 #endif

@@ -1,11 +1,14 @@
 /*
  * GEMM micro-kernels of every backend this CPU can run, called directly:
- * each must give the ref kernel's bits (the contract of mla_gemm_f32_fn) for
+ * gemm_f32, gemm_bf16 and, where a backend has it, gemm_f16f16 (whose ref
+ * twin must equal gemm_f32 on the widened operands). Each must give the ref
+ * kernel's bits (the contract of mla_gemm_f32_fn) for
  * shapes on and around the tile edges, the hot decode shapes, both layouts of
  * A, padded strides and both c_scale modes, and must write nothing outside
  * the m x n submatrix of C. The ref result itself is checked against a
  * double-precision dot product.
  */
+#include "kernels/kernels.h"
 #include "oracle.h"
 #include "support.h"
 
@@ -16,12 +19,19 @@
 
 /* Bits of C outside the submatrix (and of NaN-filled C): must stay as they are. */
 
+typedef enum gemm_kind {
+    F32,    /* gemm_f32 */
+    BF16,   /* gemm_bf16: B bf16 */
+    F16F16, /* gemm_f16f16: A and B f16 */
+    KINDS
+} gemm_kind;
+
 typedef struct gemm_case {
     int64_t m, n, k;
     bool col_major_a; /* rs_a = 1, cs_a >= m; else cs_a = 1, rs_a >= k */
     int64_t pad_a, pad_b, pad_c; /* extra stride beyond the minimum */
     bool scaled;                 /* c_scale non-NULL */
-    bool bf16;                   /* gemm_bf16 rather than gemm_f32 */
+    gemm_kind kind;
 } gemm_case;
 
 /* Uniform in (-1, 1) with all 24 bits of mantissa in play, so that any
@@ -38,11 +48,22 @@ static uint16_t random_bf16(void)
     return (uint16_t)((r & 0x8000u) | ((119u + (r >> 16) % 17u) << 7) | (r >> 40 & 0x7fu));
 }
 
-/* Operands of one case; c_init holds C (guards included) before the call. */
+/* An f16 code in about [2^-8, 2^8), either sign; 1 in 16 a denormal. */
+static uint16_t random_f16(void)
+{
+    uint64_t r = support_random();
+    uint16_t sign = (uint16_t)(r & 0x8000u), man = (uint16_t)(r >> 40 & 0x3ffu);
+    if ((r >> 20) % 16 == 0)
+        return (uint16_t)(sign | (man ? man : 1));
+    return (uint16_t)(sign | (7u + (r >> 24) % 17u) << 10 | man);
+}
+
+/* Operands of one case; c_init holds C (guards included) before the call.
+ * bh holds B as bf16, ah and fh A and B as f16. */
 typedef struct operands {
     int64_t rs_a, cs_a, ldb, ldc, c_len;
     float *a_mem, *a, *b_mem, *b, *c_scale, *c_init;
-    uint16_t *bh_mem, *bh;
+    uint16_t *bh_mem, *bh, *ah_mem, *ah, *fh_mem, *fh;
 } operands;
 
 /* Allocations are offset by 1..7 elements so nothing is vector-aligned. */
@@ -58,15 +79,22 @@ static operands make_operands(const gemm_case *g)
     int64_t off = support_random_in(1, 7);
     o.a_mem = malloc((size_t)(a_len + 8) * sizeof(float));
     o.a = o.a_mem + off;
-    for (int64_t i = 0; i < a_len; i++)
+    o.ah_mem = malloc((size_t)(a_len + 8) * sizeof(uint16_t));
+    o.ah = o.ah_mem + off;
+    for (int64_t i = 0; i < a_len; i++) {
         o.a[i] = random_f32();
+        o.ah[i] = random_f16();
+    }
     o.b_mem = malloc((size_t)(b_len + 8) * sizeof(float));
     o.b = o.b_mem + off;
     o.bh_mem = malloc((size_t)(b_len + 8) * sizeof(uint16_t));
     o.bh = o.bh_mem + off;
+    o.fh_mem = malloc((size_t)(b_len + 8) * sizeof(uint16_t));
+    o.fh = o.fh_mem + off;
     for (int64_t i = 0; i < b_len; i++) {
         o.b[i] = random_f32();
         o.bh[i] = random_bf16();
+        o.fh[i] = random_f16();
     }
     o.c_scale = malloc((size_t)(g->m + 1) * sizeof(float));
     for (int64_t i = 0; i < g->m; i++)
@@ -86,29 +114,61 @@ static void free_operands(operands *o)
     free(o->a_mem);
     free(o->b_mem);
     free(o->bh_mem);
+    free(o->ah_mem);
+    free(o->fh_mem);
     free(o->c_scale);
     free(o->c_init);
 }
 
-/* Runs one backend's kernel on a fresh copy of C (guards included). */
+/* Runs one backend's kernel on a fresh copy of C (guards included); the
+ * ref table has no gemm_f16f16, so its twin stands in. */
 static float *run(const mla_kernels *kern, const gemm_case *g, const operands *o)
 {
     float *c = malloc((size_t)o->c_len * sizeof(float));
     memcpy(c, o->c_init, (size_t)o->c_len * sizeof(float));
     const float *scale = g->scaled ? o->c_scale : NULL;
-    if (g->bf16)
-        kern->gemm_bf16(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->bh, o->ldb, c + SUPPORT_C_GUARD, o->ldc, scale);
-    else
-        kern->gemm_f32(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, c + SUPPORT_C_GUARD, o->ldc, scale);
+    float *cc = c + SUPPORT_C_GUARD;
+    switch (g->kind) {
+    case BF16: kern->gemm_bf16(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->bh, o->ldb, cc, o->ldc, scale); break;
+    case F16F16:
+        (kern->gemm_f16f16 ? kern->gemm_f16f16 : mla_gemm_f16f16__ref)(g->m, g->n, g->k, o->ah, o->rs_a, o->cs_a,
+                                                                     o->fh, o->ldb, cc, o->ldc, scale);
+        break;
+    default: kern->gemm_f32(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, cc, o->ldc, scale); break;
+    }
     return c;
+}
+
+/* gemm_f16f16's twin is gemm_f32 on the widened operands, bit for bit. */
+static void check_f16_twin_is_widened_f32(const gemm_case *g, const operands *o, const float *want)
+{
+    int64_t a_len = g->m == 0 || g->k == 0 ? 1 : (g->m - 1) * o->rs_a + (g->k - 1) * o->cs_a + 1;
+    int64_t b_len = g->k * o->ldb + 1;
+    float *aw = malloc((size_t)a_len * sizeof(float)), *bw = malloc((size_t)b_len * sizeof(float));
+    mla_cvt_f16_f32__ref(o->ah, aw, a_len);
+    mla_cvt_f16_f32__ref(o->fh, bw, b_len);
+    float *c = malloc((size_t)o->c_len * sizeof(float));
+    memcpy(c, o->c_init, (size_t)o->c_len * sizeof(float));
+    mla_gemm_f32__ref(g->m, g->n, g->k, aw, o->rs_a, o->cs_a, bw, o->ldb, c + SUPPORT_C_GUARD, o->ldc,
+                      g->scaled ? o->c_scale : NULL);
+    assert_memory_equal(c, want, (size_t)o->c_len * sizeof(float));
+    free(aw);
+    free(bw);
+    free(c);
 }
 
 static void describe(char *buf, size_t size, const gemm_case *g)
 {
+    static const char *const kinds[] = {"f32", "bf16", "f16f16"};
     snprintf(buf, size, "%s m=%lld n=%lld k=%lld %s pad_a=%lld pad_b=%lld pad_c=%lld %s",
-             g->bf16 ? "bf16" : "f32", (long long)g->m, (long long)g->n, (long long)g->k,
+             kinds[g->kind], (long long)g->m, (long long)g->n, (long long)g->k,
              g->col_major_a ? "col-major A" : "row-major A", (long long)g->pad_a,
              (long long)g->pad_b, (long long)g->pad_c, g->scaled ? "c_scale" : "no c_scale");
+}
+
+static double f16_value(uint16_t h)
+{
+    return oracle_f32_from(oracle_widen16(&ORACLE_F16, h));
 }
 
 /* The ref result against the sum in double: each of the k + 1 roundings of
@@ -123,7 +183,10 @@ static void check_ref_against_double(const gemm_case *g, const operands *o, cons
             double sum = c0, mag = fabs(c0);
             for (int64_t p = 0; p < g->k; p++) {
                 int64_t bi = p * o->ldb + j;
-                double term = (double)o->a[i * o->rs_a + p * o->cs_a] * (g->bf16 ? oracle_bf16_value(o->bh[bi]) : o->b[bi]);
+                int64_t ai = i * o->rs_a + p * o->cs_a;
+                double term = g->kind == F16F16 ? f16_value(o->ah[ai]) * f16_value(o->fh[bi])
+                              : g->kind == BF16 ? (double)o->a[ai] * oracle_bf16_value(o->bh[bi])
+                                                : (double)o->a[ai] * o->b[bi];
                 sum += term;
                 mag += fabs(term);
             }
@@ -179,8 +242,12 @@ static void check_case(const gemm_case *g, bool check_ref)
             assert_false(isnan(want[SUPPORT_C_GUARD + i * o.ldc + j]));
     if (check_ref)
         check_ref_against_double(g, &o, want);
+    if (g->kind == F16F16)
+        check_f16_twin_is_widened_f32(g, &o, want);
     for (int r = 0; r < num_runnable; r++) {
         const mla_backend_desc *b = mla_backend_at(runnable[r]);
+        if (g->kind == F16F16 && !b->kernels.gemm_f16f16)
+            continue;
         float *got = run(&b->kernels, g, &o);
         check_same(b->name, g, &o, want, got);
         free(got);
@@ -212,13 +279,14 @@ static void test_edges(void **state)
             .pad_b = support_random_in(0, 1) * support_random_in(1, 9),
             .pad_c = support_random_in(0, 1) * support_random_in(1, 9),
             .scaled = support_random() & 1,
-            .bf16 = support_random() & 1,
+            .kind = (gemm_kind)support_random_in(F32, KINDS - 1),
         };
         check_case(&g, iter % 4 == 0);
     }
     for (int r = 0; r < num_runnable; r++)
-        print_message("[ BACKEND  ] %s: gemm_f32 and gemm_bf16 bit-exact with ref on 600 edge shapes\n",
-                      mla_backend_at(runnable[r])->name);
+        print_message("[ BACKEND  ] %s: gemm_f32, gemm_bf16%s bit-exact with ref on 600 edge shapes\n",
+                      mla_backend_at(runnable[r])->name,
+                      mla_backend_at(runnable[r])->kernels.gemm_f16f16 ? ", gemm_f16f16" : "");
 }
 
 /* Every (m, n) up to two or more tiles each way, at a k that crosses a k
@@ -230,7 +298,7 @@ static void test_all_small_shapes(void **state)
     for (int64_t m = 0; m <= 25; m++) {
         for (int64_t n = 0; n <= 52; n++) {
             gemm_case g = {.m = m, .n = n, .k = 130, .col_major_a = (m + n) & 1, .pad_c = 3,
-                           .scaled = n % 3 == 1, .bf16 = n % 4 >= 2};
+                           .scaled = n % 3 == 1, .kind = (gemm_kind)((n / 2) % KINDS)};
             check_case(&g, false);
         }
     }
@@ -246,7 +314,7 @@ static void test_long_k(void **state)
     for (int i = 0; i < 4; i++) {
         for (int s = 0; s < 2; s++) {
             gemm_case g = {.m = 7 + 6 * s, .n = 53 + 40 * s, .k = ks[i], .col_major_a = s, .pad_b = 3,
-                           .pad_c = 2, .scaled = (i + s) & 1, .bf16 = i >= 2};
+                           .pad_c = 2, .scaled = (i + s) & 1, .kind = (gemm_kind)((i + s) % KINDS)};
             check_case(&g, s == 0);
         }
     }
@@ -263,15 +331,19 @@ static void test_hot_shapes(void **state)
         {.m = 64, .n = 128, .k = 576},
         {.m = 16, .n = 48, .k = 576, .pad_a = 64},
         {.m = 5, .n = 16, .k = 576},
+        {.m = 64, .n = 16, .k = 576, .kind = F16F16},
+        {.m = 13, .n = 128, .k = 576, .kind = F16F16},
         /* P.V: P column-major, V rows of the 576-wide cache, C rescaled */
         {.m = 128, .n = 512, .k = 64, .col_major_a = true, .pad_b = 64, .scaled = true},
         {.m = 16, .n = 512, .k = 48, .col_major_a = true, .pad_a = 112, .pad_b = 64, .scaled = true},
+        {.m = 128, .n = 512, .k = 64, .col_major_a = true, .pad_b = 64, .scaled = true, .kind = F16F16},
+        {.m = 16, .n = 512, .k = 33, .col_major_a = true, .pad_b = 64, .scaled = true, .kind = F16F16},
         /* absorptions: q_nope [m][128] x W_UK [128][512], latent [m][512] x W_UV [512][128] */
         {.m = 8, .n = 512, .k = 128, .pad_a = 128 * 192 - 128},
-        {.m = 3, .n = 512, .k = 128, .pad_a = 128 * 192 - 128, .bf16 = true},
-        {.m = 64, .n = 512, .k = 128, .bf16 = true},
+        {.m = 3, .n = 512, .k = 128, .pad_a = 128 * 192 - 128, .kind = BF16},
+        {.m = 64, .n = 512, .k = 128, .kind = BF16},
         {.m = 8, .n = 128, .k = 512, .pad_a = 64},
-        {.m = 8, .n = 128, .k = 512, .bf16 = true},
+        {.m = 8, .n = 128, .k = 512, .kind = BF16},
     };
     for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++)
         check_case(&hot[i], i % 3 == 0);

@@ -56,6 +56,17 @@ static const mla_backend_desc builtin_backends[] = {
         .kernels = MLA_KERNEL_TABLE(neon, .gemm_bf16dot = mla_gemm_bf16dot__neonbf16),
     },
     {
+        /* FMLAL for QK and PV when both q and the cache are f16 */
+        .name = "neon_fp16",
+        .isa = "neon_fp16",
+        .priority = 30,
+        .required_caps = MLA_CAP_ASIMD | MLA_CAP_ASIMD_FHM,
+        .ops = ALL_OPS,
+        .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_F16),
+        .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_F16),
+        .kernels = MLA_KERNEL_TABLE(neon, .gemm_f16f16 = mla_gemm_f16f16__neonfp16),
+    },
+    {
         .name = "neon",
         .isa = "neon",
         .priority = 20,

@@ -27,11 +27,12 @@ typedef struct registry_entry {
     mla_backend_desc desc; /* desc.name / desc.isa point into the arrays below */
     char name[NAME_LEN];
     char isa[NAME_LEN];
-    /* the backend has a bf16 dot route that measured slower here than its
-     * f32 route: auto-selection passes it over for the attention ops (where
-     * the route is all it is for); forcing it still works */
-    bool dot_slower;
-    double dot_speedup;
+    /* the backend has a half-precision route (bf16 dot or f16) that measured
+     * slower here than its f32 route: auto-selection passes it over for the
+     * attention ops (where the route is all it is for); forcing it still
+     * works */
+    bool route_slower;
+    double route_speedup;
 } registry_entry;
 
 static const char *const op_env[MLA_OP_COUNT] = {
@@ -114,11 +115,11 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     INHERIT(gemm_f32);
     INHERIT(gemm_bf16);
 #undef INHERIT
-    e->dot_slower = false;
-    e->dot_speedup = 0.0;
-    if (k->gemm_bf16dot && (desc->required_caps & ~(g.detected & g.real)) == 0) {
-        e->dot_speedup = mla_bf16dot_speedup(k);
-        e->dot_slower = e->dot_speedup < 1.0;
+    e->route_slower = false;
+    e->route_speedup = 0.0;
+    if (mla_half_route_name(k) && (desc->required_caps & ~(g.detected & g.real)) == 0) {
+        e->route_speedup = mla_half_route_speedup(k);
+        e->route_slower = e->route_speedup < 1.0;
     }
 }
 
@@ -288,10 +289,10 @@ static void log_state(void)
         join_reasons(&r, why, sizeof why);
         log_line("backend %-12s %s%s", g.registry[i].name, r.count ? "unavailable: " : "available",
                  why);
-        if (g.registry[i].dot_speedup > 0.0)
-            log_line("backend %-12s bf16 dot route %.2fx its f32 route%s", g.registry[i].name,
-                     g.registry[i].dot_speedup,
-                     g.registry[i].dot_slower ? ": not auto-selected for attention" : "");
+        if (g.registry[i].route_speedup > 0.0)
+            log_line("backend %-12s %s route %.2fx its f32 route%s", g.registry[i].name,
+                     mla_half_route_name(&g.registry[i].desc.kernels), g.registry[i].route_speedup,
+                     g.registry[i].route_slower ? ": not auto-selected for attention" : "");
     }
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const mla_backend_desc *b = NULL;
@@ -486,9 +487,9 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode
     why[0] = '\0';
     for (int i = 0; i < g.count; i++) {
         collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
-        if (cfg && op != MLA_OP_CONVERT && g.registry[i].dot_slower)
-            add_reason(&r, "its bf16 dot route measured %.2fx its f32 route on this cpu",
-                       g.registry[i].dot_speedup);
+        if (cfg && op != MLA_OP_CONVERT && g.registry[i].route_slower)
+            add_reason(&r, "its %s route measured %.2fx its f32 route on this cpu",
+                       mla_half_route_name(&g.registry[i].desc.kernels), g.registry[i].route_speedup);
         if (r.count == 0) {
             *out = &g.registry[i].desc;
             return MLA_OK;

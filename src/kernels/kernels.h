@@ -50,6 +50,16 @@ MLA_DECLARE_GEMM_BF16DOT(avx512bf16)
 MLA_DECLARE_GEMM_BF16DOT(neonbf16)
 #endif
 
+/* The f16 x f16 GEMM: the ref twin, and FMLAL (FEAT_FHM). */
+void mla_gemm_f16f16__ref(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
+                          int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
+                          const float *c_scale);
+#if defined(__aarch64__)
+void mla_gemm_f16f16__neonfp16(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
+                               int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
+                               const float *c_scale);
+#endif
+
 /* The full table of one ISA, for designated initializers. */
 #define MLA_KERNEL_TABLE(isa, ...)                                                         \
     {                                                                                 \

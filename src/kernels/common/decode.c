@@ -16,10 +16,13 @@
  * gemm_bf16, which widens in registers, costs P.V 10-30% on Sapphire
  * Rapids, whose shifts and shuffles share ports with the FMAs.)
  *
- * With bf16 q and a bf16 cache a backend may have a bf16 dot route
- * (gemm_bf16dot: vdpbf16ps, BFDOT): cache rows are read in place, queries, P and
- * each tile's V rows are packed as bf16 pairs along the GEMM depth, and the
- * scale is applied to the scores.
+ * A backend may have a half-precision route, taken when q and the cache
+ * both have its dtype; cache rows are read in place, q is packed raw and the
+ * scale applied to the scores, and P is rounded to that dtype:
+ *   - bf16 dot (gemm_bf16dot: vdpbf16ps, BFDOT): queries, P and each tile's
+ *     V rows packed as bf16 pairs along the GEMM depth;
+ *   - f16 (gemm_f16f16: FMLAL): the f32 route's layouts with f16 elements,
+ *     both GEMMs reading the cache rows in place.
  *
  * Work is cut by the split-KV schedule: a part is a run of (request, block
  * range) segments; a request with one split writes out and lse directly,
@@ -86,7 +89,8 @@ static scratch_layout scratch_of(const decode_shape *s)
     PLACE(l, s->mb);
     PLACE(alpha, s->mb);
     PLACE(ones, s->mb);
-    /* the bf16 dot route's packed P and V (two bf16 per float) */
+    /* the half routes' P, and the bf16 dot route's packed P and V (two
+     * 16-bit values per float) */
     PLACE(p16, TILE * s->mb / 2);
     PLACE(p_pairs, TILE * s->mb / 2);
     PLACE(v_pairs, TILE * s->l / 2);
@@ -114,11 +118,21 @@ bool mla_decode_workspace(const mla_decode_args *a, int64_t slots, int threads, 
     return true;
 }
 
-bool mla_decode_uses_dot(const mla_kernels *k, const mla_decode_args *a, const mla_kv_cache *cache)
+typedef enum decode_route {
+    ROUTE_F32,      /* gemm_f32 on f32 (or widened) operands */
+    ROUTE_BF16_DOT, /* gemm_bf16dot */
+    ROUTE_F16,      /* gemm_f16f16 */
+} decode_route;
+
+static decode_route route_of(const mla_kernels *k, const mla_decode_args *a, const mla_kv_cache *cache)
 {
-    /* pairs along d must not straddle rows: even widths and row strides */
-    return k->gemm_bf16dot && a->q_dtype == MLA_DTYPE_BF16 && cache->dtype == MLA_DTYPE_BF16 &&
-           (a->kv_lora_rank + a->rope_dim) % 2 == 0 && cache->entry_stride % 2 == 0;
+    /* bf16 pairs along d must not straddle rows: even widths and row strides */
+    if (k->gemm_bf16dot && a->q_dtype == MLA_DTYPE_BF16 && cache->dtype == MLA_DTYPE_BF16 &&
+        (a->kv_lora_rank + a->rope_dim) % 2 == 0 && cache->entry_stride % 2 == 0)
+        return ROUTE_BF16_DOT;
+    if (k->gemm_f16f16 && a->q_dtype == MLA_DTYPE_F16 && cache->dtype == MLA_DTYPE_F16)
+        return ROUTE_F16;
+    return ROUTE_F32;
 }
 
 /* ---- one segment ------------------------------------------------------------ */
@@ -130,7 +144,7 @@ typedef struct decode_ctx {
     decode_shape shape;
     scratch_layout x;
     int64_t elem_q, elem_cache;
-    bool dot;           /* the bf16 dot route                                */
+    decode_route route;
     float score_scale;  /* applied to scores: 1 where Qt carries the scale   */
     float *partial, *partial_lse; /* [slots][rows][L], [slots][rows] */
 } decode_ctx;
@@ -149,21 +163,24 @@ static const void *query_row(const decode_ctx *c, int64_t t, int64_t h, bool rop
 }
 
 /* The pass's query rows, transposed for the scores GEMM: Qt[d][r] =
- * scale * q(row r0 + r)[d] in f32, or for the dot route the raw bf16 q as
- * pairs along d (pair (d/2, r) at qt16[(d/2)*2*mb + 2r]). Padding rows are 0. */
+ * scale * q(row r0 + r)[d] in f32; for the f16 route the raw f16 q at
+ * qt16[d*mb + r], for the bf16 dot route the raw bf16 q as pairs along d
+ * (pair (d/2, r) at qt16[(d/2)*2*mb + 2r]). Padding rows are 0. */
 static void pack_queries(const decode_ctx *c, float *ws, int64_t b, int64_t r0, int64_t nr)
 {
     const mla_decode_args *a = c->a;
     const decode_shape *s = &c->shape;
     float *qt = ws + c->x.qt, *row = ws + c->x.qrow;
     uint16_t *qt16 = (uint16_t *)qt;
-    memset(qt, 0, (size_t)(s->d * s->mb) * (c->dot ? sizeof(uint16_t) : sizeof(float)));
+    memset(qt, 0, (size_t)(s->d * s->mb) * (c->route == ROUTE_F32 ? sizeof(float) : sizeof(uint16_t)));
     for (int64_t r = 0; r < nr; r++) {
         int64_t i = (r0 + r) / a->num_heads, h = (r0 + r) % a->num_heads, t = b * a->s_q + i;
-        if (c->dot) {
+        if (c->route != ROUTE_F32) {
             const uint16_t *nope = query_row(c, t, h, false), *pe = query_row(c, t, h, true);
-            for (int64_t d = 0; d < s->d; d++)
-                qt16[(d / 2) * 2 * s->mb + 2 * r + d % 2] = d < s->l ? nope[d] : pe[d - s->l];
+            for (int64_t d = 0; d < s->d; d++) {
+                int64_t at = c->route == ROUTE_F16 ? d * s->mb + r : (d / 2) * 2 * s->mb + 2 * r + d % 2;
+                qt16[at] = d < s->l ? nope[d] : pe[d - s->l];
+            }
             continue;
         }
         mla_convert_run(c->k, row, MLA_DTYPE_F32, query_row(c, t, h, false), a->q_dtype, s->l, 1.0f);
@@ -242,11 +259,16 @@ static void tile_scores(const decode_ctx *c, float *ws, const row_run *runs, int
     float *sc = ws + c->x.s, *kf = ws + c->x.kf;
     for (int64_t q = 0; q < nruns; q++) {
         const row_run *run = &runs[q];
-        if (c->dot || c->cache->dtype == MLA_DTYPE_F32)
+        if (c->route != ROUTE_F32 || c->cache->dtype == MLA_DTYPE_F32)
             prefetch_rows(c, pf, run->count);
-        if (c->dot) {
+        if (c->route == ROUTE_BF16_DOT) {
             c->k->gemm_bf16dot(run->count, s->mb, s->d, run->rows, stride / 2, 1, (const uint16_t *)qt,
                                2 * s->mb, sc + run->first * s->mb, s->mb, NULL);
+            continue;
+        }
+        if (c->route == ROUTE_F16) {
+            c->k->gemm_f16f16(run->count, s->mb, s->d, run->rows, stride, 1, (const uint16_t *)qt, s->mb,
+                              sc + run->first * s->mb, s->mb, NULL);
             continue;
         }
         if (c->cache->dtype == MLA_DTYPE_F32) {
@@ -274,32 +296,41 @@ static void interleave_pairs(uint16_t *dst, const uint16_t *even, const uint16_t
     }
 }
 
-/* O = alpha * O + P^T V over the tile's n rows. The dot route packs P
+/* O = alpha * O + P^T V over the tile's n rows. Rows read in place go run
+ * by run (alpha applies once; later runs add to O). The dot route packs P
  * (rounded to bf16) and V as pairs along the tile's rows, a zero row
  * completing an odd tile. */
 static void tile_values(const decode_ctx *c, float *ws, const row_run *runs, int64_t nruns,
                         int64_t n)
 {
     const decode_shape *s = &c->shape;
+    const int64_t stride = c->cache->entry_stride;
     float *sc = ws + c->x.s, *o = ws + c->x.o, *alpha = ws + c->x.alpha;
-    if (!c->dot) { /* alpha applies once; later runs add to O */
-        const float *ones = ws + c->x.ones;
-        if (c->cache->dtype != MLA_DTYPE_F32) { /* rows widened by tile_scores */
-            c->k->gemm_f32(s->mb, s->l, n, sc, 1, s->mb, ws + c->x.kf, s->d, o, s->l, alpha);
-            return;
-        }
-        for (int64_t q = 0; q < nruns; q++)
-            c->k->gemm_f32(s->mb, s->l, runs[q].count, sc + runs[q].first * s->mb, 1, s->mb,
-                           runs[q].rows, c->cache->entry_stride, o, s->l, q == 0 ? alpha : ones);
+    const float *ones = ws + c->x.ones;
+    uint16_t *p16 = (uint16_t *)(ws + c->x.p16);
+    if (c->route == ROUTE_F32 && c->cache->dtype != MLA_DTYPE_F32) { /* rows widened by tile_scores */
+        c->k->gemm_f32(s->mb, s->l, n, sc, 1, s->mb, ws + c->x.kf, s->d, o, s->l, alpha);
         return;
     }
-    uint16_t *p16 = (uint16_t *)(ws + c->x.p16), *pp = (uint16_t *)(ws + c->x.p_pairs);
-    uint16_t *vp = (uint16_t *)(ws + c->x.v_pairs);
+    if (c->route == ROUTE_F32) {
+        for (int64_t q = 0; q < nruns; q++)
+            c->k->gemm_f32(s->mb, s->l, runs[q].count, sc + runs[q].first * s->mb, 1, s->mb,
+                           runs[q].rows, stride, o, s->l, q == 0 ? alpha : ones);
+        return;
+    }
+    if (c->route == ROUTE_F16) {
+        c->k->cvt_f32_f16(sc, p16, n * s->mb);
+        for (int64_t q = 0; q < nruns; q++)
+            c->k->gemm_f16f16(s->mb, s->l, runs[q].count, p16 + runs[q].first * s->mb, 1, s->mb,
+                              runs[q].rows, stride, o, s->l, q == 0 ? alpha : ones);
+        return;
+    }
+    uint16_t *pp = (uint16_t *)(ws + c->x.p_pairs), *vp = (uint16_t *)(ws + c->x.v_pairs);
     c->k->cvt_f32_bf16(sc, p16, n * s->mb);
     const uint16_t *v[TILE];
     for (int64_t q = 0; q < nruns; q++)
         for (int64_t j = 0; j < runs[q].count; j++)
-            v[runs[q].first + j] = (const uint16_t *)runs[q].rows + j * c->cache->entry_stride;
+            v[runs[q].first + j] = (const uint16_t *)runs[q].rows + j * stride;
     for (int64_t j = 0; j < n; j += 2) {
         bool odd = j + 1 < n;
         interleave_pairs(pp + j * s->mb, p16 + j * s->mb, odd ? p16 + (j + 1) * s->mb : NULL, s->mb);
@@ -494,8 +525,8 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
 {
     decode_ctx c = {.k = k, .a = a, .cache = cache, .shape = shape_of(a),
                     .elem_q = mla_dtype_size(a->q_dtype), .elem_cache = mla_dtype_size(cache->dtype),
-                    .dot = mla_decode_uses_dot(k, a, cache)};
-    c.score_scale = c.dot ? a->scale : 1.0f;
+                    .route = route_of(k, a, cache)};
+    c.score_scale = c.route == ROUTE_F32 ? 1.0f : a->scale;
     c.x = scratch_of(&c.shape);
     const int64_t slots = split_prefix[a->num_reqs];
     float *base = (float *)(((uintptr_t)workspace + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));

@@ -13,10 +13,6 @@
  * upper bound. */
 bool mla_decode_workspace(const mla_decode_args *args, int64_t slots, int threads, int64_t *bytes);
 
-/* Whether the decode takes the bf16 dot route (gemm_bf16dot) rather than
- * widening to f32 for gemm_f32. cache strides resolved. */
-bool mla_decode_uses_dot(const mla_kernels *k, const mla_decode_args *args, const mla_kv_cache *cache);
-
 /* Runs the decode with the schedule (parts, split_prefix) already built. */
 void mla_decode_run(const mla_kernels *k, const mla_decode_args *args, const mla_kv_cache *cache,
                     const mla_sched_part *parts, int64_t num_parts, const int32_t *split_prefix,

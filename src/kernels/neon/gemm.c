@@ -17,6 +17,7 @@
  * not blocked. Rows left over get a shorter tile, vectors left over
  * one-vector tiles, and the last n % 4 columns go to ref. */
 #include "kernels/kernels.h"
+#include "row_tiles.h"
 
 #include <arm_neon.h>
 #include <stdbool.h>
@@ -52,7 +53,7 @@ static ALWAYS_INLINE void tile(const operands *o, bool bf16, int rows, int nv, i
 {
     const float *a = o->a + i * o->rs_a;
     float *c = o->c + i * o->ldc + j;
-    float32x4_t acc[MR][NV_THIN];
+    float32x4_t acc[8][NV_THIN]; /* MLA_NEON_ROW_TILES instantiates row counts up to 7 */
 #pragma GCC unroll 8
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 8
@@ -82,15 +83,9 @@ static ALWAYS_INLINE void tile(const operands *o, bool bf16, int rows, int nv, i
 /* Columns j .. j+4*nv-1 of all m rows: one copy of the tile per row count. */
 static ALWAYS_INLINE void column_tile(const operands *o, bool bf16, int nv, int64_t m, int64_t j)
 {
-    int64_t i = 0;
-    for (; i + MR <= m; i += MR)
-        tile(o, bf16, MR, nv, i, j);
-    switch (m - i) {
-    case 1: tile(o, bf16, 1, nv, i, j); break;
-    case 2: tile(o, bf16, 2, nv, i, j); break;
-    case 3: tile(o, bf16, 3, nv, i, j); break;
-    case 4: tile(o, bf16, 4, nv, i, j); break;
-    }
+#define TILE(rows, i) tile(o, bf16, rows, nv, i, j)
+    MLA_NEON_ROW_TILES(m, MR, TILE);
+#undef TILE
 }
 
 /* Columns 0 .. n4-1, n4 a multiple of 4. */

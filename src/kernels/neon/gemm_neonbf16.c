@@ -16,6 +16,7 @@
  * Both keep 20+ independent chains in flight over the 4-cycle latency. The
  * last n % 4 columns go to the ref twin. */
 #include "kernels/kernels.h"
+#include "row_tiles.h"
 
 #include <arm_neon.h>
 #include <stdbool.h>
@@ -87,7 +88,7 @@ static ALWAYS_INLINE void tile(const operands *o, bool lanes_rows, int rows, int
     } else {
         for (int64_t q = 0; q < o->pairs; q += 4) {
             const int n = o->pairs - q < 4 ? (int)(o->pairs - q) : 4;
-            bfloat16x8_t av[MR_ROWS]; /* the row tails of column_tile reach 7 */
+            bfloat16x8_t av[MR_ROWS]; /* MLA_NEON_ROW_TILES instantiates row counts up to 7 */
 #pragma GCC unroll 8
             for (int r = 0; r < rows; r++)
                 av[r] = load_pairs(a + 2 * (r * o->rs_a + q * o->cs_a), o->cs_a, n);
@@ -117,19 +118,9 @@ static ALWAYS_INLINE void tile(const operands *o, bool lanes_rows, int rows, int
 /* Columns j .. j+4*nv-1 of all m rows: one copy of the tile per row count. */
 static ALWAYS_INLINE void column_tile(const operands *o, bool lanes_rows, int nv, int64_t m, int64_t j)
 {
-    const int mr = lanes_rows ? MR_ROWS : MR_PAIRS;
-    int64_t i = 0;
-    for (; i + mr <= m; i += mr)
-        tile(o, lanes_rows, mr, nv, i, j);
-    switch (m - i) {
-    case 1: tile(o, lanes_rows, 1, nv, i, j); break;
-    case 2: tile(o, lanes_rows, 2, nv, i, j); break;
-    case 3: tile(o, lanes_rows, 3, nv, i, j); break;
-    case 4: tile(o, lanes_rows, 4, nv, i, j); break;
-    case 5: tile(o, lanes_rows, 5, nv, i, j); break;
-    case 6: tile(o, lanes_rows, 6, nv, i, j); break;
-    case 7: tile(o, lanes_rows, 7, nv, i, j); break;
-    }
+#define TILE(rows, i) tile(o, lanes_rows, rows, nv, i, j)
+    MLA_NEON_ROW_TILES(m, lanes_rows ? MR_ROWS : MR_PAIRS, TILE);
+#undef TILE
 }
 
 /* Columns 0 .. n4-1, n4 a multiple of 4. */

@@ -38,18 +38,6 @@ static inline uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | q);
 }
 
-static inline float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) /* infinity, or NaN made quiet as the hardware does */
-        return mla_f32_from_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
-    if (e != 0)
-        return mla_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
-    float mag = (float)m * 0x1p-24f; /* denormal or zero: exact */
-    return mla_f32_from_bits(sign | mla_f32_bits(mag));
-}
-
 void mla_cvt_bf16_f32__ref(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -65,7 +53,7 @@ void mla_cvt_f32_bf16__ref(const float *src, uint16_t *dst, int64_t n)
 void mla_cvt_f16_f32__ref(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = f16_to_f32(src[i]);
+        dst[i] = mla_f16_to_f32(src[i]);
 }
 
 void mla_cvt_f32_f16__ref(const float *src, uint16_t *dst, int64_t n)

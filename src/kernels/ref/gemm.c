@@ -18,6 +18,21 @@ void mla_gemm_f32__ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
     }
 }
 
+/* Both operands f16: gemm_f32 on the exactly widened values. */
+void mla_gemm_f16f16__ref(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
+                          int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
+                          const float *c_scale)
+{
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            float acc = c_scale ? c_scale[i] * c[i * ldc + j] : 0.0f;
+            for (int64_t p = 0; p < k; p++)
+                acc = fmaf(mla_f16_to_f32(a[i * rs_a + p * cs_a]), mla_f16_to_f32(b[p * ldb + j]), acc);
+            c[i * ldc + j] = acc;
+        }
+    }
+}
+
 void mla_gemm_bf16__ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a, int64_t cs_a,
                         const uint16_t *b, int64_t ldb, float *c, int64_t ldc, const float *c_scale)
 {
