@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bits of C outside the submatrix (and of NaN-filled C): must stay as they are. */
-
 typedef enum gemm_kind {
     F32,    /* gemm_f32 */
     BF16,   /* gemm_bf16: B bf16 */

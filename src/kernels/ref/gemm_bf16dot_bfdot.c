@@ -46,6 +46,11 @@ static float signed_zero(bool neg)
     return mla_f32_from_bits(neg ? SIGN : 0);
 }
 
+static float signed_inf(bool neg)
+{
+    return mla_f32_from_bits((neg ? SIGN : 0) | 0x7f800000u);
+}
+
 /* Denormals read as zero of the same sign. */
 static float daz(float x)
 {
@@ -61,7 +66,7 @@ static float round_odd(bool neg, uint64_t m, int e, bool sticky)
     if (exponent < -126)
         return signed_zero(neg);
     if (exponent > 127)
-        return mla_f32_from_bits((neg ? SIGN : 0) | 0x7f800000u);
+        return signed_inf(neg);
     uint32_t significand;
     if (top > 23) {
         uint64_t lost = m & ((1ull << (top - 23)) - 1);
@@ -80,7 +85,7 @@ static float mul(float x, float y)
     if (isnan(x) || isnan(y) || (isinf(x) && y == 0.0f) || (x == 0.0f && isinf(y)))
         return mla_f32_from_bits(DEFAULT_NAN);
     if (isinf(x) || isinf(y))
-        return mla_f32_from_bits((neg ? SIGN : 0) | 0x7f800000u);
+        return signed_inf(neg);
     if (x == 0.0f || y == 0.0f)
         return signed_zero(neg);
     unpacked a = unpack(x), b = unpack(y);
