@@ -30,7 +30,7 @@ BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden -ffp-contract=of
 LDLIBS := -lsleef $(OMP_LIB) -lpthread -lm
 
 # ---- sources per layer and ISA --------------------------------------------
-CORE_SRCS := $(wildcard src/dispatch/*.c src/metadata/*.c src/kernels/common/*.c src/kernels/ref/*.c)
+CORE_SRCS := $(wildcard src/core/*.c src/dispatch/*.c src/metadata/*.c src/kernels/common/*.c src/kernels/ref/*.c)
 ifeq ($(ARCH),x86_64)
 ISA_SRCS := $(wildcard src/kernels/avx2/*.c src/kernels/avx512/*.c)
 else ifeq ($(ARCH),aarch64)

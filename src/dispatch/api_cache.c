@@ -3,7 +3,9 @@
  * check passes. */
 #include "dispatch.h"
 #include "checks.h"
-#include "error.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/size.h"
 #include "kernels/common/cache.h"
 
 

@@ -3,16 +3,15 @@
  * workspace -> pick the MLA_OP_DECODE backend -> run the driver. */
 #include "checks.h"
 #include "dispatch.h"
-#include "error.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/policy.h"
+#include "core/size.h"
 #include "kernels/common/absorb.h"
 #include "kernels/common/decode.h"
 #include "metadata/metadata.h"
 
 #include <math.h>
-
-#define ALIGN 64
-/* mla_build_decode_sched's limit, checked here before sizes are formed */
-#define MAX_PARTS (INT64_C(1) << 20)
 
 /* A [tokens, heads, width] view with token and head strides: strides >= 0,
  * the span fits int64_t; when `rows_disjoint`, no two (token, head) rows
@@ -115,20 +114,13 @@ static mla_status check_args(const char *fn, const mla_decode_args *a, mla_kv_ca
     return check_requests(fn, a, c);
 }
 
-/* Without the caller's schedule: parts of 16-token blocks, a segment
- * costing about two of them (packing its queries, writing its rows). Finer
- * than FlashMLA's 64 + 5, which leaves CPU threads up to 1/8 idle when each
- * part holds only a few dozen blocks. */
-#define CPU_BLOCK_N 16
-#define CPU_OVERHEAD 2
-
 /* The schedule parameters of a call, resolved: the caller's, with one part
  * per thread unless it says otherwise. */
 static mla_decode_sched_params sched_params(const mla_decode_args *a, int threads)
 {
     mla_decode_sched_params p = a->sched ? *a->sched
-                                         : (mla_decode_sched_params){.block_n = CPU_BLOCK_N,
-                                                                     .overhead = CPU_OVERHEAD};
+                                         : (mla_decode_sched_params){.block_n = MLA_DECODE_BLOCK_N,
+                                                                     .overhead = MLA_DECODE_OVERHEAD};
     if (p.num_parts <= 0)
         p.num_parts = threads;
     return mla_decode_sched_resolved(&p);
@@ -144,15 +136,15 @@ static mla_status layout_of(const char *fn, const mla_decode_args *a, const mla_
                             int threads, ws_layout *w)
 {
     int64_t slots = mla_decode_sched_slots(a->seq_lens, a->num_reqs, p);
-    if (p->num_parts > MAX_PARTS)
+    if (p->num_parts > MLA_SCHED_MAX_PARTS)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: sched num_parts = %lld exceeds %lld", fn,
-                        (long long)p->num_parts, (long long)MAX_PARTS);
+                        (long long)p->num_parts, (long long)MLA_SCHED_MAX_PARTS);
     if (!mla_decode_workspace(a, slots, threads, &w->driver_bytes))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace for %lld split slots overflows", fn,
                         (long long)slots);
-    w->parts_bytes = mla_round_up(p->num_parts * (int64_t)sizeof(mla_sched_part), ALIGN);
-    w->prefix_bytes = mla_round_up((a->num_reqs + 1) * (int64_t)sizeof(int32_t), ALIGN);
-    w->total = ALIGN + w->parts_bytes + w->prefix_bytes;
+    w->parts_bytes = mla_round_up(p->num_parts * (int64_t)sizeof(mla_sched_part), MLA_ALIGN);
+    w->prefix_bytes = mla_round_up((a->num_reqs + 1) * (int64_t)sizeof(int32_t), MLA_ALIGN);
+    w->total = MLA_ALIGN + w->parts_bytes + w->prefix_bytes;
     if (__builtin_add_overflow(w->total, w->driver_bytes, &w->total))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
     return MLA_OK;
@@ -178,7 +170,7 @@ static mla_status run_decode(const char *fn, const mla_decode_args *a, const mla
     mla_status st = layout_of(fn, a, &p, threads, &w);
     if (st != MLA_OK)
         return st;
-    char *base = (char *)(((uintptr_t)workspace + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    char *base = mla_align_ptr(workspace);
     mla_sched_part *parts = (mla_sched_part *)base;
     int32_t *prefix = (int32_t *)(base + w.parts_bytes);
     int64_t num_parts;
@@ -295,14 +287,14 @@ typedef struct forward_layout {
     int64_t q_lat, o_lat, gemm, total; /* the decode's part is the rest */
 } forward_layout;
 
-/* bytes = a * b * c * d rounded up to ALIGN; false on overflow. */
+/* bytes = a * b * c * d rounded up to MLA_ALIGN; false on overflow. */
 static bool region_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *bytes)
 {
     int64_t x;
     if (!mla_mul_size(a, b, &x) || !mla_mul_size(x, c, &x) || !mla_mul_size(x, d, &x) ||
-        x > INT64_MAX - ALIGN)
+        x > INT64_MAX - MLA_ALIGN)
         return false;
-    *bytes = mla_round_up(x, ALIGN);
+    *bytes = mla_round_up(x, MLA_ALIGN);
     return true;
 }
 
@@ -351,7 +343,7 @@ static mla_status check_forward(const char *fn, const mla_decode_forward_args *f
     if (!widths_fit || !region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
         !region_bytes(tokens, a->num_heads, a->kv_lora_rank, size, &w->o_lat) ||
         !region_bytes(mla_absorb_scratch_floats(&s), threads, sizeof(float), 1, &w->gemm) ||
-        __builtin_add_overflow(ALIGN + w->q_lat, w->o_lat, &w->total) ||
+        __builtin_add_overflow(MLA_ALIGN + w->q_lat, w->o_lat, &w->total) ||
         __builtin_add_overflow(w->total, w->gemm, &w->total) ||
         __builtin_add_overflow(w->total, dw.total, &w->total))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
@@ -383,7 +375,7 @@ mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspa
         return st;
     if ((st = check_workspace(fn, workspace, workspace_bytes, w.total)) != MLA_OK)
         return st;
-    char *base = (char *)(((uintptr_t)workspace + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    char *base = mla_align_ptr(workspace);
     void *q_lat = base, *o_lat = base + w.q_lat;
     float *scratch = (float *)(base + w.q_lat + w.o_lat);
     mla_decode_args attn = forward_attention(args, q_lat, o_lat);

@@ -1,6 +1,8 @@
 /* Public element-wise ops: check arguments -> pick backend -> run driver. */
 #include "dispatch.h"
-#include "error.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/size.h"
 #include "kernels/common/elementwise.h"
 
 #include <stdint.h>

@@ -2,24 +2,10 @@
  * records a message naming the function and the argument (error.h). */
 #include "checks.h"
 
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/size.h"
 #include "dispatch.h"
-#include "error.h"
-
-bool mla_dtype_is_float(mla_dtype dtype)
-{
-    return dtype == MLA_DTYPE_F32 || dtype == MLA_DTYPE_BF16 || dtype == MLA_DTYPE_F16;
-}
-
-/* Bytes spanned by `rows` rows of `width` elements, `stride` apart; false on
- * overflow. */
-bool mla_span_bytes(int64_t rows, int64_t stride, int64_t width, int64_t elem_size, int64_t *bytes)
-{
-    int64_t elems = 0;
-    if (rows > 0 && (__builtin_mul_overflow(rows - 1, stride, &elems) ||
-                     __builtin_add_overflow(elems, width, &elems)))
-        return false;
-    return mla_mul_size(elems, elem_size, bytes);
-}
 
 /* A row-major operand of `rows` rows: non-NULL when it has rows, a stride of
  * at least `width`, a span that fits int64_t. */

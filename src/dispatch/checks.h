@@ -4,13 +4,6 @@
 
 #include "mla.h"
 
-/* f32, bf16 or f16: the dtypes activations (q, kv_c, workspaces) may have. */
-bool mla_dtype_is_float(mla_dtype dtype);
-
-/* Bytes spanned by `rows` rows of `width` elements, `stride` apart; false on
- * overflow. */
-bool mla_span_bytes(int64_t rows, int64_t stride, int64_t width, int64_t elem_size, int64_t *bytes);
-
 /* A row-major operand of `rows` rows: non-NULL when it has rows, a stride of
  * at least `width`, a span that fits int64_t. */
 mla_status mla_check_rows(const char *fn, const char *what, const void *p, int64_t rows,

@@ -4,8 +4,6 @@
 
 #include "mla.h"
 
-#include <float.h>
-
 /* The real CPU reader (CPUID/XCR0 or getauxval). */
 void mla_cpu_read(mla_cpu_raw *raw);
 
@@ -35,16 +33,5 @@ void mla_note_backend(const char *name);
 /* Forget detection, environment, forced choices and registrations, so the
  * next call initializes again. For tests; not thread-safe. */
 void mla_dispatch_reset(void);
-
-static inline bool mla_dtype_is_fp8(mla_dtype dtype)
-{
-    return dtype == MLA_DTYPE_FP8_E4M3 || dtype == MLA_DTYPE_FP8_E5M2;
-}
-
-/* An fp8 scale must be finite and > 0 (NaN fails too). */
-static inline bool mla_fp8_scale_ok(float scale)
-{
-    return scale > 0.0f && scale <= FLT_MAX;
-}
 
 #endif

@@ -8,7 +8,9 @@
  * input is checked before the first write, so a rejected call leaves all the
  * caller's buffers as they were.
  */
-#include "dispatch/error.h"
+#include "core/error.h"
+#include "core/policy.h"
+#include "core/size.h"
 #include "metadata/metadata.h"
 #include "metadata/request_check.h"
 
@@ -283,7 +285,7 @@ static int64_t kernel_block_id(const mla_request *q, const geometry *g, int64_t 
 static void write_block_table(const mla_request *reqs, int64_t num_reqs, const geometry *g,
                               int32_t *table)
 {
-    bool large = num_reqs > 1 && num_reqs * g->cols >= MLA_METADATA_PARALLEL_MIN;
+    bool large = num_reqs > 1 && num_reqs * g->cols >= MLA_FORK_MIN_ENTRIES;
 #pragma omp parallel for if (large) schedule(static)
     for (int64_t r = 0; r < num_reqs; r++) {
         const mla_request *q = &reqs[r];

@@ -5,11 +5,8 @@
  * byte count is overflow-checked so a bad configuration fails here rather
  * than in the allocator.
  */
-#include "dispatch/error.h"
-
-/* A cache line, and the widest SIMD load (AVX-512), so kernels can read
- * cache rows without split loads. */
-#define CACHE_ALIGNMENT 64
+#include "core/error.h"
+#include "core/size.h"
 
 mla_status mla_kv_cache_shape(int64_t num_blocks, int64_t block_size, int64_t width,
                               mla_dtype dtype, int64_t shape[3], int64_t *bytes,
@@ -38,6 +35,6 @@ mla_status mla_kv_cache_shape(int64_t num_blocks, int64_t block_size, int64_t wi
     shape[1] = block_size;
     shape[2] = width;
     *bytes = b;
-    *alignment = CACHE_ALIGNMENT;
+    *alignment = MLA_ALIGN;
     return MLA_OK;
 }

@@ -8,17 +8,15 @@
  * separate 64-byte aligned workspace. Everything is validated before the
  * first allocation, so a failure leaves nothing behind.
  */
-#include "dispatch/error.h"
+#include "core/error.h"
+#include "core/policy.h"
+#include "core/size.h"
 #include "metadata/metadata.h"
 
 #include <stdlib.h>
 
 /* vLLM's cap on the workspace rows (older versions used 128 * 1024). */
 #define DEFAULT_WORKSPACE_CAP 65536
-
-/* A cache line, and the widest SIMD load (AVX-512), so kernels can stream
- * workspace rows without split loads. */
-#define WORKSPACE_ALIGNMENT 64
 
 /* Allocation sizes below are int64_t; only 64-bit targets are built. */
 _Static_assert(sizeof(size_t) >= sizeof(int64_t), "size_t narrower than int64_t");
@@ -107,7 +105,7 @@ mla_status mla_chunk_workspace_bytes(int64_t tokens, int64_t width, mla_dtype dt
     if (st != MLA_OK)
         return st;
     *bytes = b;
-    *alignment = WORKSPACE_ALIGNMENT;
+    *alignment = MLA_ALIGN;
     return MLA_OK;
 }
 
@@ -206,11 +204,10 @@ static mla_status derive_sizes(int64_t num_prefills, int64_t workspace_tokens,
     if (st != MLA_OK)
         return st;
     /* aligned_alloc wants a multiple of the alignment */
-    if (d->workspace_bytes > INT64_MAX - (WORKSPACE_ALIGNMENT - 1))
+    if (d->workspace_bytes > INT64_MAX - (MLA_ALIGN - 1))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace of %lld bytes overflows when aligned",
                         create_fn, (long long)d->workspace_bytes);
-    d->workspace_bytes = (d->workspace_bytes + WORKSPACE_ALIGNMENT - 1) / WORKSPACE_ALIGNMENT *
-                         WORKSPACE_ALIGNMENT;
+    d->workspace_bytes = mla_round_up(d->workspace_bytes, MLA_ALIGN);
     return MLA_OK;
 }
 
@@ -289,7 +286,7 @@ mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *que
         return out_of_memory(plan_bytes);
     void *workspace = NULL;
     if (d.workspace_bytes > 0) {
-        workspace = aligned_alloc(WORKSPACE_ALIGNMENT, (size_t)d.workspace_bytes);
+        workspace = aligned_alloc(MLA_ALIGN, (size_t)d.workspace_bytes);
         if (!workspace) {
             free(p);
             return out_of_memory(d.workspace_bytes);
@@ -299,7 +296,7 @@ mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *que
     chunk_arrays a = layout(p, num_prefills, &d);
     /* token_to_seq is num_chunks x stride int32s (megabytes at long
      * contexts): chunks fill independently, so large plans use every thread */
-    bool large = d.num_chunks > 1 && d.num_chunks * d.stride >= MLA_METADATA_PARALLEL_MIN;
+    bool large = d.num_chunks > 1 && d.num_chunks * d.stride >= MLA_FORK_MIN_ENTRIES;
 #pragma omp parallel for if (large) schedule(static)
     for (int64_t i = 0; i < d.num_chunks; i++)
         fill_chunk(&a, context_lens, num_prefills, &d, i);

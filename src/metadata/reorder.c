@@ -7,7 +7,7 @@
  * decodes of an ordered batch end, from query_start_loc alone. Inputs are
  * checked before the first write.
  */
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "metadata/request_check.h"
 
 /* vLLM's classification: no context is a prefill whatever its length; with

@@ -4,7 +4,7 @@
 #ifndef MLA_METADATA_REQUEST_CHECK_H
 #define MLA_METADATA_REQUEST_CHECK_H
 
-#include "dispatch/error.h"
+#include "core/error.h"
 
 static inline mla_status mla_request_count_negative(const char *fn, int64_t r, const char *field,
                                                     int64_t value)

@@ -21,15 +21,12 @@
  * field 0: a driver skips parts with begin_req >= num_reqs, and a walk from
  * begin_req to end_req does nothing anyway.
  */
-#include "dispatch/error.h"
+#include "core/error.h"
+#include "core/policy.h"
+#include "core/size.h"
 #include "metadata/metadata.h"
 
 #include <omp.h>
-
-/* An explicit part count above this is a caller bug, not a machine size. */
-#define MAX_PARTS (INT64_C(1) << 20)
-#define DEFAULT_BLOCK_N 64
-#define DEFAULT_OVERHEAD 5
 
 static const char fn[] = "mla_build_decode_sched";
 
@@ -67,18 +64,18 @@ static sched_cfg resolve_cfg(const mla_decode_sched_params *p)
 {
     int64_t threads = omp_get_max_threads();
     return (sched_cfg){
-        .num_parts = p->num_parts > 0 ? p->num_parts : threads < MAX_PARTS ? threads : MAX_PARTS,
-        .block_n = p->block_n > 0 ? p->block_n : DEFAULT_BLOCK_N,
-        .overhead = p->overhead >= 0 ? p->overhead : DEFAULT_OVERHEAD,
+        .num_parts = p->num_parts > 0 ? p->num_parts : threads < MLA_SCHED_MAX_PARTS ? threads : MLA_SCHED_MAX_PARTS,
+        .block_n = p->block_n > 0 ? p->block_n : MLA_SCHED_BLOCK_N,
+        .overhead = p->overhead >= 0 ? p->overhead : MLA_SCHED_OVERHEAD,
         .split_blocks = p->split_blocks > 0 ? p->split_blocks : 0,
     };
 }
 
 static mla_status check_params(const mla_decode_sched_params *p)
 {
-    if (p->num_parts > MAX_PARTS)
+    if (p->num_parts > MLA_SCHED_MAX_PARTS)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_parts = %lld exceeds %lld", fn,
-                        (long long)p->num_parts, (long long)MAX_PARTS);
+                        (long long)p->num_parts, (long long)MLA_SCHED_MAX_PARTS);
     /* keeps the int64 cost totals exact: B, blocks and overhead all fit int32 */
     if (p->overhead > INT32_MAX)
         return mla_fail(MLA_ERR_OVERFLOW, "%s: overhead = %lld does not fit int32", fn,

@@ -9,7 +9,7 @@
  */
 #include "absorb.h"
 
-#include "cache.h"
+#include "elementwise.h"
 
 #include <omp.h>
 #include <string.h>

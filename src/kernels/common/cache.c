@@ -1,42 +1,11 @@
 #include "cache.h"
+
+#include "core/dtype.h"
+#include "core/policy.h"
 #include "elementwise.h"
 
 #include <omp.h>
 #include <string.h>
-
-/* Elements converted per staging piece (16 KiB of f32: stays in L1). */
-#define STAGE 4096
-/* Below this many rows (each ~1 KiB) per thread a fork/join costs more than
- * it saves. */
-#define MIN_ROWS_PER_THREAD 64
-
-void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const void *src,
-                     mla_dtype src_dtype, int64_t n, float scale)
-{
-    mla_elementwise_kind kind, widen, narrow;
-    if (dst_dtype == src_dtype) {
-        memcpy(dst, src, (size_t)(n * mla_dtype_size(src_dtype)));
-    } else if (mla_conversion_kind(dst_dtype, src_dtype, &kind)) { /* one side is f32 */
-        mla_elementwise_run(k, kind, dst, src, n, scale);
-    } else {
-        mla_conversion_kind(MLA_DTYPE_F32, src_dtype, &widen);
-        mla_conversion_kind(dst_dtype, MLA_DTYPE_F32, &narrow);
-        float stage[STAGE];
-        int64_t src_size = mla_dtype_size(src_dtype), dst_size = mla_dtype_size(dst_dtype);
-        for (int64_t i = 0; i < n; i += STAGE) {
-            int64_t m = n - i < STAGE ? n - i : STAGE;
-            mla_elementwise_run(k, widen, stage, (const char *)src + i * src_size, m, scale);
-            mla_elementwise_run(k, narrow, (char *)dst + i * dst_size, stage, m, scale);
-        }
-    }
-}
-
-/* Threads worth starting for `rows` rows of work. */
-static int team_size(int64_t rows, int threads)
-{
-    int64_t useful = rows / MIN_ROWS_PER_THREAD;
-    return useful < threads ? (useful > 1 ? (int)useful : 1) : threads;
-}
 
 /* Byte address of cache row (blk, off). */
 static inline char *cache_row(const mla_kv_cache *c, int64_t elem_size, int64_t blk, int64_t off)
@@ -54,10 +23,10 @@ static void stream_row(const mla_kernels *k, void *row, mla_dtype dst_dtype, con
         k->copy_stream(row, src, n * mla_dtype_size(dst_dtype));
         return;
     }
-    _Alignas(64) float stage[STAGE]; /* STAGE f32s hold STAGE elements of any dtype */
+    _Alignas(64) float stage[MLA_CONVERT_STAGE]; /* MLA_CONVERT_STAGE f32s hold MLA_CONVERT_STAGE elements of any dtype */
     int64_t src_size = mla_dtype_size(src_dtype), dst_size = mla_dtype_size(dst_dtype);
-    for (int64_t i = 0; i < n; i += STAGE) {
-        int64_t m = n - i < STAGE ? n - i : STAGE;
+    for (int64_t i = 0; i < n; i += MLA_CONVERT_STAGE) {
+        int64_t m = n - i < MLA_CONVERT_STAGE ? n - i : MLA_CONVERT_STAGE;
         mla_convert_run(k, stage, dst_dtype, (const char *)src + i * src_size, src_dtype, m, scale);
         k->copy_stream((char *)row + i * dst_size, stage, m * dst_size);
     }
@@ -70,7 +39,7 @@ void mla_cache_write(const mla_kernels *k, const mla_kv_cache *cache, const void
 {
     const int64_t L = kv_lora_rank, R = cache->width - L;
     const int64_t src_size = mla_dtype_size(src_dtype), cache_size = mla_dtype_size(cache->dtype);
-#pragma omp parallel num_threads(team_size(num_tokens, threads))
+#pragma omp parallel num_threads(mla_team_size(num_tokens, MLA_FORK_MIN_ROWS, threads))
     {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < num_tokens; t++) {
@@ -119,7 +88,7 @@ void mla_cache_gather(const mla_kernels *k, const mla_kv_cache *cache, const mla
 {
     const int64_t bs = cache->block_size, cache_size = mla_dtype_size(cache->dtype);
     const int64_t dst_row = dst_stride * mla_dtype_size(dst_dtype);
-    int team = team_size(num_tokens, threads);
+    int team = mla_team_size(num_tokens, MLA_FORK_MIN_ROWS, threads);
 #pragma omp parallel for num_threads(team) schedule(static)
     for (int part = 0; part < team; part++) {
         int64_t t, end;
@@ -167,7 +136,7 @@ void mla_cache_cp_gather(const mla_kernels *k, const mla_kv_cache *cache,
     const int32_t *cu = spec->cu_seq_lens;
     const int64_t bs = cache->block_size, elem_size = mla_dtype_size(cache->dtype);
     const int64_t first = cu[0], last = cu[spec->num_reqs];
-    int team = team_size(last - first, threads);
+    int team = mla_team_size(last - first, MLA_FORK_MIN_ROWS, threads);
 #pragma omp parallel for num_threads(team) schedule(static)
     for (int part = 0; part < team; part++) {
         int64_t row, end;

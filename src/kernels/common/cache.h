@@ -6,12 +6,6 @@
 
 #include "mla.h"
 
-/* n elements src_dtype -> dst_dtype: a copy when the dtypes match, one
- * kernel when one side is f32, else through f32 in L1-sized pieces. scale is
- * the fp8 side's (mla_cvt_f32_fp8_fn). */
-void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const void *src,
-                     mla_dtype src_dtype, int64_t n, float scale);
-
 /* SPEC §3.1 for num_tokens rows; slots already checked to be < capacity. */
 void mla_cache_write(const mla_kernels *k, const mla_kv_cache *cache, const void *kv_c,
                      int64_t kv_c_stride, const void *k_pe, int64_t k_pe_stride,

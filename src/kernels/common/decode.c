@@ -33,8 +33,9 @@
  */
 #include "decode.h"
 
-#include "cache.h"
-#include "metadata/metadata.h"
+#include "core/policy.h"
+#include "core/size.h"
+#include "elementwise.h"
 
 #include <math.h>
 #include <omp.h>

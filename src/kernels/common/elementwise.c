@@ -1,12 +1,11 @@
 #include "elementwise.h"
 
-#include <omp.h>
+#include "core/dtype.h"
+#include "core/policy.h"
+#include "core/size.h"
 
-/* Below this many elements per thread, a fork/join costs more than it saves. */
-#define MIN_ELEMENTS_PER_THREAD 16384
-/* Chunk starts are multiples of this, so every thread but the last runs only
- * full vectors and no two threads share a cache line of the output. */
-#define CHUNK_ALIGN 64
+#include <omp.h>
+#include <string.h>
 
 bool mla_conversion_kind(mla_dtype dst_dtype, mla_dtype src_dtype, mla_elementwise_kind *kind)
 {
@@ -83,16 +82,16 @@ static void element_sizes(mla_elementwise_kind kind, int64_t *src_size, int64_t 
 void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
                      int64_t n, float scale, int threads)
 {
-    int64_t useful = n / MIN_ELEMENTS_PER_THREAD;
-    int nt = useful < threads ? (int)useful : threads;
-    if (nt <= 1) {
+    int nt = mla_team_size(n, MLA_FORK_MIN_ELEMENTS, threads);
+    if (nt == 1) {
         mla_elementwise_run(k, kind, dst, src, n, scale);
         return;
     }
     int64_t src_size, dst_size;
     element_sizes(kind, &src_size, &dst_size);
-    int64_t per = (n + nt - 1) / nt;
-    per = (per + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+    /* chunk starts on MLA_ALIGN elements: every thread but the last runs only
+     * full vectors, and no two threads share a cache line of the output */
+    int64_t per = mla_round_up(mla_ceil_div(n, nt), MLA_ALIGN);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < nt; t++) {
         int64_t begin = (int64_t)t * per;
@@ -100,5 +99,24 @@ void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst,
         if (begin < end)
             mla_elementwise_run(k, kind, (char *)dst + begin * dst_size,
                                 (const char *)src + begin * src_size, end - begin, scale);
+    }
+}
+
+void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const void *src,
+                     mla_dtype src_dtype, int64_t n, float scale)
+{
+    mla_elementwise_kind kind;
+    if (dst_dtype == src_dtype) {
+        memcpy(dst, src, (size_t)(n * mla_dtype_size(src_dtype)));
+    } else if (mla_conversion_kind(dst_dtype, src_dtype, &kind)) { /* one side is f32 */
+        mla_elementwise_run(k, kind, dst, src, n, scale);
+    } else {
+        float stage[MLA_CONVERT_STAGE];
+        int64_t src_size = mla_dtype_size(src_dtype), dst_size = mla_dtype_size(dst_dtype);
+        for (int64_t i = 0; i < n; i += MLA_CONVERT_STAGE) {
+            int64_t m = n - i < MLA_CONVERT_STAGE ? n - i : MLA_CONVERT_STAGE;
+            mla_convert_run(k, stage, MLA_DTYPE_F32, (const char *)src + i * src_size, src_dtype, m, scale);
+            mla_convert_run(k, (char *)dst + i * dst_size, dst_dtype, stage, MLA_DTYPE_F32, m, scale);
+        }
     }
 }

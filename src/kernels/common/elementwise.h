@@ -29,4 +29,14 @@ void mla_elementwise_run(const mla_kernels *k, mla_elementwise_kind kind, void *
 void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
                      int64_t n, float scale, int threads);
 
+/* Elements converted per staging piece when a conversion goes through f32
+ * (16 KiB of f32: stays in L1 between its two kernels). */
+#define MLA_CONVERT_STAGE 4096
+
+/* n elements src_dtype -> dst_dtype, on this thread: a copy when the dtypes
+ * match, one kernel when one side is f32, else through f32 in
+ * MLA_CONVERT_STAGE pieces. scale is the fp8 side's (mla_cvt_f32_fp8_fn). */
+void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const void *src,
+                     mla_dtype src_dtype, int64_t n, float scale);
+
 #endif

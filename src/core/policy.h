@@ -1,0 +1,66 @@
+/* Tuning choices, one home each, with the reason beside it. These are
+ * decisions (a number a benchmark picked, a default a reference fixed), not
+ * facts of a format: change one here and every layer follows. */
+#ifndef MLA_CORE_POLICY_H
+#define MLA_CORE_POLICY_H
+
+#include <stdint.h>
+
+/* ---- split-KV decode schedules ------------------------------------------ */
+
+/* mla_build_decode_sched's defaults are FlashMLA's (docs/semantics.md §5.3):
+ * 64-token blocks, a segment costing 5 blocks. A caller building a schedule
+ * to hand to a GPU-shaped consumer gets FlashMLA's cut points. */
+#define MLA_SCHED_BLOCK_N 64
+#define MLA_SCHED_OVERHEAD 5
+
+/* mla_decode without the caller's schedule: 16-token blocks, a segment
+ * costing about two of them (packing its queries, writing its rows). Finer
+ * than FlashMLA's 64 + 5, which leaves CPU threads up to 1/8 idle when each
+ * part holds only a few dozen blocks. */
+#define MLA_DECODE_BLOCK_N 16
+#define MLA_DECODE_OVERHEAD 2
+
+/* An explicit part count above this is a caller bug, not a machine size; it
+ * also bounds the schedule's workspace before any size is formed. */
+#define MLA_SCHED_MAX_PARTS (INT64_C(1) << 20)
+
+/* ---- when a fork/join pays ------------------------------------------------ */
+/* A parallel region costs a few microseconds to open and close; each limit is
+ * the work one thread does in about that time. */
+
+/* element-wise kernels (conversions, exp): elements per thread */
+#define MLA_FORK_MIN_ELEMENTS 16384
+/* cache writes and gathers: rows (each ~1 KiB) per thread */
+#define MLA_FORK_MIN_ROWS 64
+/* metadata fills: int32 entries in all (about what one thread writes in the
+ * time a fork/join takes, at memory bandwidth) */
+#define MLA_FORK_MIN_ENTRIES ((int64_t)1 << 18)
+
+/* Threads worth starting for `work` units when each thread should get at
+ * least `min_per_thread` of them: between 1 and `threads`. */
+static inline int mla_team_size(int64_t work, int64_t min_per_thread, int threads)
+{
+    int64_t useful = work / min_per_thread;
+    return useful < threads ? (useful > 1 ? (int)useful : 1) : threads;
+}
+
+/* ---- attention tiles (decode now, prefill next) ---------------------------- */
+
+/* Key rows per tile: the P.V GEMM's depth and the scores GEMM's height.
+ * 128 rather than 64: P.V reloads and stores its C (O) once per tile, which
+ * at depth 64 held the avx512 kernel to ~86% of peak and at 128 to ~93%. */
+#define MLA_ATTN_TILE 128
+/* Key rows widened to f32 per scores GEMM call: 8 x 576 f32 (18 KiB) stays
+ * in L1 until the GEMM reads it. */
+#define MLA_ATTN_WIDEN_ROWS 8
+/* Query rows per pass over the keys: small enough that O [rows][L] (256 KiB
+ * at L = 512) stays in L2. */
+#define MLA_ATTN_MAX_ROWS 128
+/* Query rows are padded to this multiple. It is the widest f32 vector of any
+ * backend (AVX-512: 16 lanes) and a multiple of the others (AVX2 8, NEON 4),
+ * so one layout serves every ISA and each backend's softmax and exp run on
+ * whole vectors; the padding rows cost at most 15 columns of the GEMMs. */
+#define MLA_ATTN_ROW_MULTIPLE 16
+
+#endif
