@@ -41,23 +41,31 @@ endif
 LIB_SRCS := $(CORE_SRCS) $(ISA_SRCS)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
-# Per-folder ISA flags; files named *_avx512bf16.c, *_avx512fp16.c, *_amx.c,
-# *_neonfp16.c (FP16 + FHM), *_neonbf16.c add their extension and nothing more.
+# Per-folder ISA flags; files named *_avx512_bf16.c, *_avx512_fp16.c, *_avx512_amx.c,
+# *_neon_fp16.c (FP16 + FHM), *_neon_bf16.c add their extension and nothing more.
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 isa_flags = $(strip \
-  $(if $(findstring /kernels/avx2/,$1),$(AVX2_FLAGS)) \
-  $(if $(findstring /kernels/avx512/,$1),$(AVX512_FLAGS)) \
-  $(if $(findstring _avx512bf16.c,$1),-mavx512bf16) \
-  $(if $(findstring _avx512fp16.c,$1),-mavx512fp16) \
-  $(if $(findstring _amx.c,$1),-mamx-tile -mamx-bf16) \
-  $(if $(findstring _neonfp16.c,$1),-march=armv8.2-a+fp16fml) \
-  $(if $(findstring _neonbf16.c,$1),-march=armv8.6-a+bf16))
+  $(if $(findstring /kernels/avx2/,$1)$(findstring probe_avx2.c,$1),$(AVX2_FLAGS)) \
+  $(if $(findstring /kernels/avx512/,$1)$(findstring probe_avx512.c,$1),$(AVX512_FLAGS)) \
+  $(if $(findstring _avx512_bf16.c,$1),-mavx512bf16) \
+  $(if $(findstring _avx512_fp16.c,$1),-mavx512fp16) \
+  $(if $(findstring _avx512_amx.c,$1),-mamx-tile -mamx-bf16) \
+  $(if $(findstring _neon_fp16.c,$1),-march=armv8.2-a+fp16fml) \
+  $(if $(findstring _neon_bf16.c,$1),-march=armv8.6-a+bf16))
 
 TEST_SRCS := $(filter-out tests/oracle.c,$(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(wildcard tests/support.c tests/oracle.c)
-BENCH_SRCS := $(filter-out bench/mla_run.c,$(wildcard bench/*.c))
+# mla_bench is every bench/*.c but mla_run.c and the FMA probes of other
+# architectures; bench/probe_<isa>.c gets src/kernels/<isa>/'s flags.
+ifeq ($(ARCH),x86_64)
+BENCH_PROBES := bench/probe_ref.c bench/probe_avx2.c bench/probe_avx512.c
+else
+BENCH_PROBES := bench/probe_ref.c bench/probe_neon.c
+endif
+BENCH_SRCS := $(filter-out bench/mla_run.c bench/probe_%.c,$(wildcard bench/*.c)) $(BENCH_PROBES)
+BENCH_OBJS := $(BENCH_SRCS:%.c=$(BUILD)/obj/%.o)
 BENCH_BINS := $(BUILD)/bench/mla_bench $(BUILD)/mla_run
 
 # ---- dependency check: one line naming the Debian packages ----------------
@@ -113,10 +121,9 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(wildcard tests/*.h) $(BUILD)/libml
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests $< $(TEST_SUPPORT) -o $@ $(BUILD)/libmla.a -lcmocka $(LDLIBS)
 
-# mla_bench is every bench/*.c but mla_run.c: one file per command group.
-$(BUILD)/bench/mla_bench: $(BENCH_SRCS) bench/bench.h $(BUILD)/libmla.a
+$(BUILD)/bench/mla_bench: $(BENCH_OBJS) $(BUILD)/libmla.a
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BENCH_SRCS) -o $@ $(BUILD)/libmla.a $(LDLIBS)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BENCH_OBJS) -o $@ $(BUILD)/libmla.a $(LDLIBS)
 
 $(BUILD)/mla_run: bench/mla_run.c $(BUILD)/libmla.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< -o $@ $(BUILD)/libmla.a $(LDLIBS)
@@ -145,7 +152,7 @@ test-neon:
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 include/mla.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/mla.h include/mla_backend.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libmla.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libmla.so $(DESTDIR)$(PREFIX)/lib/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/mla.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mla.pc

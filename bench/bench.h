@@ -8,6 +8,9 @@
 #define MLA_BENCH_H
 
 #include <mla.h>
+#include <mla_backend.h>
+
+#include "probe.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -78,14 +81,14 @@ void print_row(const row *r, bool json);
 
 /* A backend's FMA probe, `iters` rounds on each of `threads` threads. */
 typedef struct probe_run {
-    mla_fma_probe_fn probe;
+    bench_fma_probe_fn *probe;
     int threads;
     int64_t iters;
     double flops; /* of the last run, all threads together */
 } probe_run;
 
 /* Iterations for one probe call to take about 30 ms on one thread. */
-int64_t calibrate_probe(mla_fma_probe_fn probe);
+int64_t calibrate_probe(bench_fma_probe_fn *probe);
 /* A run_fn: every thread of the team probes at once. */
 bool run_probe(void *ctx);
 

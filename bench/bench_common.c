@@ -158,7 +158,7 @@ bool run_probe(void *ctx)
     double flops = 0;
 #pragma omp parallel num_threads(p->threads) reduction(+ : flops)
     {
-        float sink; /* the probe is an opaque library call: it cannot be elided */
+        float sink; /* the probe is in another translation unit: it cannot be elided */
         flops += p->probe(p->iters, &sink);
     }
     p->flops = flops; /* summed over the threads the runtime actually gave */
@@ -167,7 +167,7 @@ bool run_probe(void *ctx)
 
 /* Iterations for one probe call to take about PROBE_SECONDS on one thread:
  * double until a call is long enough to time well, then scale. */
-int64_t calibrate_probe(mla_fma_probe_fn probe)
+int64_t calibrate_probe(bench_fma_probe_fn *probe)
 {
     float sink;
     int64_t iters = 1024;
@@ -274,7 +274,7 @@ static bool measure_plan_peaks(plan *p, int reps)
     if (!p->peaks)
         return false;
     for (int b = 0; b < p->nbackends; b++) {
-        probe_run run = {.probe = p->backends[b]->kernels.fma_probe};
+        probe_run run = {.probe = bench_fma_probe_for(p->backends[b]->isa)};
         run.iters = calibrate_probe(run.probe);
         for (int t = 0; t < p->nthreads; t++) {
             double s;

@@ -16,20 +16,13 @@
 /* The random fill converts through an f32 buffer of this many values. */
 #define FILL_CHUNK ((int64_t)1 << 20)
 
-/* The arithmetic the decode kernels run (the library's rule): bf16 pairs
- * through the backend's bf16 dot kernel (vdpbf16ps, BFDOT) when it has one
- * and q and the cache are bf16; f16 through its f16 kernel (FMLAL) when it
- * has one and both are f16; else q and cache widened to f32 for FMA.
- * pct_peak is against the f32 FMA probe either way, so a half-precision
- * route that beats FMA shows above it. */
+/* The route the decode kernels run (mla_backend_route): pct_peak is against
+ * the f32 FMA probe either way, so a half-precision route that beats FMA
+ * shows above it. */
 static const char *decode_route(const char *backend, const mla_config *cfg)
 {
-    const mla_backend_desc *d = mla_backend_find(backend);
-    if (d && d->kernels.gemm_bf16dot && cfg->q_dtype == MLA_DTYPE_BF16 && cfg->cache_dtype == MLA_DTYPE_BF16)
-        return "bf16-dot";
-    if (d && d->kernels.gemm_f16f16 && cfg->q_dtype == MLA_DTYPE_F16 && cfg->cache_dtype == MLA_DTYPE_F16)
-        return "f16-fmlal";
-    return "f32-fma";
+    const char *route = mla_backend_route(backend, cfg);
+    return route ? route : "?";
 }
 
 typedef struct decode_bench {
@@ -248,7 +241,7 @@ static bool time_decode(const options *o, const mla_config *cfg, const mla_backe
     double bytes = (double)(o->batch * o->ctx * (cfg->kv_lora_rank + cfg->rope_dim) *
                             mla_dtype_size(cfg->cache_dtype));
     double seconds[2], peak[2];
-    probe_run probe = {.probe = b->kernels.fma_probe};
+    probe_run probe = {.probe = bench_fma_probe_for(b->isa)};
     probe.iters = calibrate_probe(probe.probe);
     print_decode_header(o->json);
     for (int t = 0; t < nthreads; t++) {

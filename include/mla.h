@@ -1,7 +1,9 @@
 /*
  * libmla — CPU kernels for DeepSeek-style Multi-head Latent Attention.
  *
- * This header is the whole public API. Conventions:
+ * This header is the server's API: what an inference server calls. The
+ * extension API (kernel tables, backend registration, the CPU-reader seam)
+ * is mla_backend.h. Conventions:
  *   - Every function that can fail returns mla_status; on failure
  *     mla_last_error() holds a thread-local message and nothing was written.
  *   - Memory is the caller's. Sizes are int64_t, counted in elements.
@@ -65,7 +67,7 @@ typedef enum mla_dtype {
     MLA_DTYPE_COUNT
 } mla_dtype;
 
-/* Bit of a dtype in a dtype set (mla_backend_desc.q_dtypes / cache_dtypes). */
+/* Bit of a dtype in a dtype set (a backend's q_dtypes / cache_dtypes). */
 #define MLA_DTYPE_BIT(dt) (1u << (unsigned)(dt))
 
 /* "f32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2"; "?" for anything else. */
@@ -105,32 +107,6 @@ typedef enum mla_cap {
 
 typedef uint32_t mla_caps; /* a set of mla_cap bits */
 
-typedef enum mla_arch { MLA_ARCH_OTHER = 0, MLA_ARCH_X86_64, MLA_ARCH_AARCH64 } mla_arch;
-
-/* The raw readings detection is made from. On x86-64: CPUID leaves and XCR0;
- * on AArch64: the AT_HWCAP / AT_HWCAP2 words. */
-typedef struct mla_cpu_raw {
-    mla_arch arch;
-    uint32_t max_leaf;                      /* CPUID.0:EAX                   */
-    uint32_t leaf1_ecx, leaf1_edx;          /* CPUID.1                       */
-    uint32_t leaf7_ebx, leaf7_ecx, leaf7_edx; /* CPUID.(7,0)                 */
-    uint32_t leaf7_1_eax;                   /* CPUID.(7,1)                   */
-    uint64_t xcr0;                          /* XGETBV(0); 0 without OSXSAVE   */
-    bool amx_permitted;                     /* Linux granted XTILEDATA state  */
-    uint64_t hwcap, hwcap2;                 /* AArch64 getauxval words        */
-} mla_cpu_raw;
-
-/* Fills *raw from the CPU. Replaceable so tests (or a server pinning a
- * feature level) can present any CPU. */
-typedef void (*mla_cpu_reader)(mla_cpu_raw *raw);
-
-/* Decodes raw readings into capability bits (pure; no CPU access). */
-MLA_API mla_caps mla_cpu_caps_decode(const mla_cpu_raw *raw);
-
-/* Replace the CPU reader (NULL restores the real one). Takes effect at the
- * next initialization, so call it before any other libmla function. */
-MLA_API void mla_set_cpu_reader(mla_cpu_reader reader);
-
 /* Capabilities in use: detected, then masked by MLA_MAX_ISA. */
 MLA_API mla_caps mla_cpu_caps(void);
 
@@ -145,14 +121,16 @@ MLA_API const char *mla_cap_name(mla_cap cap);
 MLA_API size_t mla_caps_format(mla_caps caps, char *buf, size_t size);
 
 /* ------------------------------------------------------------------------ */
-/* Ops, configurations and backends                                          */
+/* Ops, configurations and backend choice                                     */
 /* ------------------------------------------------------------------------ */
 
 /* Groups of operations that choose their backend independently. */
 typedef enum mla_op {
     MLA_OP_CONVERT = 0, /* dtype conversions, vector exp, cache ops      */
     MLA_OP_DECODE,      /* absorbed latent-attention decode               */
-    MLA_OP_PREFILL,     /* split-KV prefill                               */
+    MLA_OP_PREFILL,     /* split-KV prefill: not yet available. No op runs
+                           through it yet; its backend can be chosen (and
+                           MLA_PREFILL_BACKEND set) ahead of the op.       */
     MLA_OP_COUNT
 } mla_op;
 
@@ -172,112 +150,6 @@ typedef struct mla_config {
 /* The DeepSeek V3 shape: f32 q, bf16 cache, L=512, R=64, 128 heads, block 64. */
 MLA_API mla_config mla_config_default(void);
 
-/* Micro-kernel signatures. A custom backend may leave any pointer NULL; it
- * then inherits the ref kernel, as BLIS contexts start from reference
- * kernels (gemm_bf16dot and gemm_f16f16 excepted). Conversions round to nearest even and
- * keep infinities and denormals; NaNs stay NaN (quieted, except bf16 -> f32,
- * a pure shift). */
-typedef void (*mla_cvt_bf16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
-typedef void (*mla_cvt_f32_bf16_fn)(const float *src, uint16_t *dst, int64_t n);
-typedef void (*mla_cvt_f16_f32_fn)(const uint16_t *src, float *dst, int64_t n);
-typedef void (*mla_cvt_f32_f16_fn)(const float *src, uint16_t *dst, int64_t n);
-typedef void (*mla_exp_f32_fn)(const float *src, float *dst, int64_t n);
-/* Throughput probe: `iters` rounds of independent f32 multiply-adds on the
- * backend's widest vectors; returns the FLOPs done and stores a value that
- * depends on all of them into *sink so the work cannot be elided. */
-typedef double (*mla_fma_probe_fn)(int64_t iters, float *sink);
-/* fp8 (e4m3fn: bias 7, largest 448, no infinities; e5m2: bias 15, largest
- * 57344) with a scale, as KV caches store it. f32 -> fp8 stores
- * saturate(x / scale): the quotient is one f32 division, rounded to nearest
- * even; magnitudes beyond the largest finite value, infinities included,
- * become the largest finite value (CUDA's satfinite); NaN becomes the quiet
- * NaN code 0x7f (e4m3) or 0x7e (e5m2) with x's sign. fp8 -> f32 gives
- * value * scale (one f32 multiply); fp8 NaNs widen to quiet f32 NaNs with the
- * fp8 mantissa as the top payload bits, e5m2 infinities to infinities.
- * scale 1 is the plain conversion. */
-typedef void (*mla_cvt_f32_fp8_fn)(const float *src, uint8_t *dst, int64_t n, float scale);
-typedef void (*mla_cvt_fp8_f32_fn)(const uint8_t *src, float *dst, int64_t n, float scale);
-/* Copies bytes; whole 64-byte lines of dst may be written with streaming
- * (non-temporal) stores, which skip the read-for-ownership of lines that are
- * about to be overwritten. Call store_fence before other threads read dst. */
-typedef void (*mla_copy_stream_fn)(void *dst, const void *src, int64_t bytes);
-/* Orders the calling thread's streaming stores before its later stores. */
-typedef void (*mla_store_fence_fn)(void);
-/* GEMM with strided operands, the shape every decode step reduces to (scores,
- * P.V, the W_UK / W_UV absorptions). For i < m, j < n:
- *   acc = c_scale ? c_scale[i] * c[i*ldc + j] : 0   (c is not read when NULL)
- *   for p = 0 .. k-1 in order: acc = fma(a[i*rs_a + p*cs_a], b[p*ldb + j], acc)
- *   c[i*ldc + j] = acc
- * Each element is one chain of single-rounding f32 multiply-adds in that
- * order, so every ISA's kernel gives the ref kernel's bits (NaN payloads
- * aside), whatever m, n, the tiling or the addresses (what batch-invariant
- * decode relies on).
- * c must not overlap a or b. The bf16 variant reads b as bf16, widened
- * exactly. */
-typedef void (*mla_gemm_f32_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,
-                                int64_t cs_a, const float *b, int64_t ldb, float *c, int64_t ldc,
-                                const float *c_scale);
-typedef void (*mla_gemm_bf16_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,
-                                 int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,
-                                 int64_t ldc, const float *c_scale);
-/* bf16 dot-product GEMM, in the arithmetic of the ISA's bf16 dot
- * instruction: A and B bf16, k even, products taken in pairs along k.
- * A(i, p) = a[2*(i*rs_a + (p/2)*cs_a) + p%2] (strides count pairs);
- * B(p, j) = b[(p/2)*ldb + 2*j + p%2] (pair-packed rows; ldb counts
- * elements). For i < m, j < n: acc = c_scale ? c_scale[i] * c[i*ldc + j] : 0,
- * then for each pair q in order, with denormal inputs read as zero and tiny
- * results flushed to zero:
- *   x86 vdpbf16ps: acc = fma(A(i,2q+1), B(2q+1,j), acc), then
- *     acc = fma(A(i,2q), B(2q,j), acc), each rounded to nearest even;
- *   Arm BFDOT: acc = acc + (A(i,2q) B(2q,j) + A(i,2q+1) B(2q+1,j)), the sum
- *     and the accumulation each rounded to odd.
- * A table without this kernel (NULL) has no bf16 dot route. */
-typedef void (*mla_gemm_bf16dot_fn)(int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                                    int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
-                                    float *c, int64_t ldc, const float *c_scale);
-/* f16 GEMM with f32 accumulation: mla_gemm_f32_fn with A and B read as f16,
- * each widened exactly, so it gives gemm_f32's bits on the widened operands
- * (f16 products are exact in f32; Arm's FMLAL rounds each step once). A
- * table without this kernel (NULL) has no f16 route. */
-typedef void (*mla_gemm_f16f16_fn)(int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                                   int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
-                                   float *c, int64_t ldc, const float *c_scale);
-
-typedef struct mla_kernels {
-    mla_cvt_bf16_f32_fn cvt_bf16_f32;
-    mla_cvt_f32_bf16_fn cvt_f32_bf16;
-    mla_cvt_f16_f32_fn cvt_f16_f32;
-    mla_cvt_f32_f16_fn cvt_f32_f16;
-    mla_exp_f32_fn exp_f32;
-    mla_fma_probe_fn fma_probe;
-    mla_cvt_f32_fp8_fn cvt_f32_e4m3;
-    mla_cvt_fp8_f32_fn cvt_e4m3_f32;
-    mla_cvt_f32_fp8_fn cvt_f32_e5m2;
-    mla_cvt_fp8_f32_fn cvt_e5m2_f32;
-    mla_copy_stream_fn copy_stream;
-    mla_store_fence_fn store_fence;
-    mla_gemm_f32_fn gemm_f32;
-    mla_gemm_bf16_fn gemm_bf16;
-    mla_gemm_bf16dot_fn gemm_bf16dot; /* not inherited from ref: NULL = no route */
-    mla_gemm_f16f16_fn gemm_f16f16;   /* not inherited from ref: NULL = no route */
-} mla_kernels;
-
-#define MLA_MAX_HEAD_DIMS 4
-
-/* A backend: what it needs, what it accepts, and its micro-kernels. */
-typedef struct mla_backend_desc {
-    const char *name;        /* unique, e.g. "avx512_bf16"                   */
-    const char *isa;         /* ISA of its micro-kernels: "ref", "avx2", ...  */
-    int priority;            /* auto-selection tries higher first            */
-    mla_caps required_caps;  /* every bit must be in mla_cpu_caps()          */
-    uint32_t ops;            /* bit (1u << mla_op) per op it implements      */
-    uint32_t q_dtypes;       /* MLA_DTYPE_BIT set                            */
-    uint32_t cache_dtypes;   /* MLA_DTYPE_BIT set                            */
-    int64_t head_dims[MLA_MAX_HEAD_DIMS]; /* allowed L+R; all 0 = any        */
-    int64_t block_size_multiple;          /* block_size % this == 0; 0/1 any */
-    mla_kernels kernels;
-} mla_backend_desc;
-
 #define MLA_MAX_REASONS 8
 #define MLA_REASON_LEN 96
 
@@ -286,13 +158,6 @@ typedef struct mla_reasons {
     int count;
     char text[MLA_MAX_REASONS][MLA_REASON_LEN];
 } mla_reasons;
-
-/* Number of backends known (built-in that are compiled in, plus
- * registered), and the i-th in priority order. */
-MLA_API int mla_backend_count(void);
-MLA_API const mla_backend_desc *mla_backend_at(int index);
-/* NULL if no backend has that name. */
-MLA_API const mla_backend_desc *mla_backend_find(const char *name);
 
 /* Collects every reason the named backend cannot run `op` with `cfg` on this
  * CPU (cfg may be NULL: only CPU and op support are checked). MLA_OK with
@@ -306,20 +171,9 @@ MLA_API mla_status mla_backend_validate(const char *name, mla_op op, const mla_c
  * (message lists reasons). Not to be called while ops run on other threads. */
 MLA_API mla_status mla_force_backend(mla_op op, const char *name);
 
-/* The backend `op` will use for `cfg` (NULL: CPU checks only): the forced one
- * if valid, else the first valid in priority order. */
-MLA_API mla_status mla_select_backend(mla_op op, const mla_config *cfg,
-                                      const mla_backend_desc **out);
-
 /* Name of the backend whose kernels ran the calling thread's last successful
  * op ("" before any). */
 MLA_API const char *mla_last_backend(void);
-
-/* Add a backend (MLA_ERR_ALREADY_EXISTS if the name is taken), or replace an
- * existing one of the same name when `override` is true (a built-in too).
- * The descriptor and its strings are copied. NULL kernels inherit ref's
- * (but gemm_bf16dot and gemm_f16f16, whose NULL means no such route). */
-MLA_API mla_status mla_register_backend(const mla_backend_desc *desc, bool override);
 
 /* ------------------------------------------------------------------------ */
 /* Initialization and threads                                                */

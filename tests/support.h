@@ -3,6 +3,7 @@
 #define MLA_TEST_SUPPORT_H
 
 #include <mla.h>
+#include <mla_backend.h>
 
 #include <setjmp.h>
 #include <stdarg.h>

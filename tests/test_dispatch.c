@@ -384,6 +384,7 @@ static void test_register_custom(void **state)
 {
     (void)state;
     mla_backend_desc d = {
+        .size = sizeof d,
         .name = "custom",
         .isa = "ref",
         .priority = 100,
@@ -495,7 +496,7 @@ static void test_block_size_supported(void **state)
 static void test_register_bad_descriptors(void **state)
 {
     (void)state;
-    mla_backend_desc d = {.name = ""};
+    mla_backend_desc d = {.size = sizeof d, .name = ""};
     assert_int_equal(mla_register_backend(NULL, false), MLA_ERR_INVALID_ARGUMENT);
     assert_int_equal(mla_register_backend(&d, false), MLA_ERR_INVALID_ARGUMENT);
     d.name = "a_name_that_is_far_too_long_for_the_table";

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef mla_gemm_bf16dot_fn gemm_bf16dot_fn;
+typedef mla_gemm_bf16dot_fn *gemm_bf16dot_fn;
 
 /* One lane: acc, then B's pair and A's pair, low element first. */
 typedef struct known {
@@ -96,16 +96,16 @@ static void get_flavours(flavour f[FLAVOURS], bool report)
     support_use_cpu(NULL);
     const mla_caps caps = mla_cpu_caps();
     (void)caps; /* unused on other architectures */
-    f[0] = (flavour){"avx512bf16", mla_gemm_bf16dot__ref, NULL, 0x1p-24, vdpbf16ps_answers,
+    f[0] = (flavour){"avx512_bf16", mla_gemm_bf16dot__ref, NULL, 0x1p-24, vdpbf16ps_answers,
                      sizeof vdpbf16ps_answers / sizeof vdpbf16ps_answers[0]};
-    f[1] = (flavour){"neonbf16", mla_gemm_bf16dot__ref_bfdot, NULL, 0x1p-23, bfdot_answers,
+    f[1] = (flavour){"neon_bf16", mla_gemm_bf16dot__ref_bfdot, NULL, 0x1p-23, bfdot_answers,
                      sizeof bfdot_answers / sizeof bfdot_answers[0]};
 #if defined(__x86_64__)
     if (caps & MLA_CAP_AVX512_BF16)
-        f[0].kernel = mla_gemm_bf16dot__avx512bf16;
+        f[0].kernel = mla_gemm_bf16dot__avx512_bf16;
 #elif defined(__aarch64__)
     if (caps & MLA_CAP_BF16)
-        f[1].kernel = mla_gemm_bf16dot__neonbf16;
+        f[1].kernel = mla_gemm_bf16dot__neon_bf16;
 #endif
     for (int i = 0; i < FLAVOURS; i++)
         if (report && !f[i].kernel)

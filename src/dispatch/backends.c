@@ -14,6 +14,7 @@ static const mla_backend_desc builtin_backends[] = {
 #if defined(__x86_64__)
     {
         /* vdpbf16ps for QK and PV when both q and the cache are bf16 */
+        .size = sizeof(mla_backend_desc),
         .name = "avx512_bf16",
         .isa = "avx512_bf16",
         .priority = 40,
@@ -21,9 +22,10 @@ static const mla_backend_desc builtin_backends[] = {
         .ops = ALL_OPS,
         .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
         .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
-        .kernels = MLA_KERNEL_TABLE(avx512, .gemm_bf16dot = mla_gemm_bf16dot__avx512bf16),
+        .kernels = MLA_KERNEL_TABLE(avx512, .gemm_bf16dot = mla_gemm_bf16dot__avx512_bf16),
     },
     {
+        .size = sizeof(mla_backend_desc),
         .name = "avx512",
         .isa = "avx512",
         .priority = 30,
@@ -34,6 +36,7 @@ static const mla_backend_desc builtin_backends[] = {
         .kernels = MLA_KERNEL_TABLE(avx512),
     },
     {
+        .size = sizeof(mla_backend_desc),
         .name = "avx2",
         .isa = "avx2",
         .priority = 20,
@@ -46,6 +49,7 @@ static const mla_backend_desc builtin_backends[] = {
 #elif defined(__aarch64__)
     {
         /* BFDOT for QK and PV when both q and the cache are bf16 */
+        .size = sizeof(mla_backend_desc),
         .name = "neon_bf16",
         .isa = "neon_bf16",
         .priority = 30,
@@ -53,10 +57,11 @@ static const mla_backend_desc builtin_backends[] = {
         .ops = ALL_OPS,
         .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
         .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
-        .kernels = MLA_KERNEL_TABLE(neon, .gemm_bf16dot = mla_gemm_bf16dot__neonbf16),
+        .kernels = MLA_KERNEL_TABLE(neon, .gemm_bf16dot = mla_gemm_bf16dot__neon_bf16),
     },
     {
         /* FMLAL for QK and PV when both q and the cache are f16 */
+        .size = sizeof(mla_backend_desc),
         .name = "neon_fp16",
         .isa = "neon_fp16",
         .priority = 30,
@@ -64,9 +69,10 @@ static const mla_backend_desc builtin_backends[] = {
         .ops = ALL_OPS,
         .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_F16),
         .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_F16),
-        .kernels = MLA_KERNEL_TABLE(neon, .gemm_f16f16 = mla_gemm_f16f16__neonfp16),
+        .kernels = MLA_KERNEL_TABLE(neon, .gemm_f16f16 = mla_gemm_f16f16__neon_fp16),
     },
     {
+        .size = sizeof(mla_backend_desc),
         .name = "neon",
         .isa = "neon",
         .priority = 20,
@@ -78,6 +84,7 @@ static const mla_backend_desc builtin_backends[] = {
     },
 #endif
     {
+        .size = sizeof(mla_backend_desc),
         .name = "ref",
         .isa = "ref",
         .priority = 0,

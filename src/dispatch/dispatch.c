@@ -9,9 +9,11 @@
 #include "dispatch.h"
 
 #include "core/error.h"
+#include "kernels/common/attention_route.h"
 #include "kernels/kernels.h"
 
 #include <omp.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -88,37 +90,48 @@ static int find_index(const char *name)
     return -1;
 }
 
-/* Copies desc into the entry, pointing its strings at the entry's own copies
- * and filling missing kernels from ref. */
+/* ---- the kernel list ------------------------------------------------------ */
+
+#define SLOT_INFO(slot, type, is_route) {#slot, offsetof(mla_kernels, slot), is_route},
+#define BASE_SLOT(slot, type, unused) SLOT_INFO(slot, type, false)
+#define ROUTE_SLOT(slot, type, unused) SLOT_INFO(slot, type, true)
+static const mla_kernel_slot kernel_slots[] = {MLA_KERNEL_SLOTS(BASE_SLOT, ROUTE_SLOT, )};
+
+const mla_kernel_slot *mla_kernel_slots(int *count)
+{
+    *count = (int)(sizeof kernel_slots / sizeof kernel_slots[0]);
+    return kernel_slots;
+}
+
+/* The descriptor of API version 1 ends with its last kernel slot; a caller
+ * compiled against it passes this size, and slots appended since read as
+ * NULL. */
+#define DESC_V1_SIZE (offsetof(mla_backend_desc, kernels) + offsetof(mla_kernels, gemm_f16f16) + \
+                      sizeof(void *))
+
+/* Copies the desc->size bytes the caller has into the entry (the rest zero),
+ * points its strings at the entry's own copies and fills missing base
+ * kernels from ref. */
 static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
 {
     static const mla_kernels ref = MLA_KERNEL_TABLE(ref);
-    e->desc = *desc;
+    memset(&e->desc, 0, sizeof e->desc);
+    memcpy(&e->desc, desc, desc->size);
+    e->desc.size = sizeof e->desc;
     snprintf(e->name, sizeof e->name, "%s", desc->name);
     snprintf(e->isa, sizeof e->isa, "%s", desc->isa ? desc->isa : "custom");
     e->desc.name = e->name;
     e->desc.isa = e->isa;
-    mla_kernels *k = &e->desc.kernels;
-#define INHERIT(f) k->f = k->f ? k->f : ref.f
-    INHERIT(cvt_bf16_f32);
-    INHERIT(cvt_f32_bf16);
-    INHERIT(cvt_f16_f32);
-    INHERIT(cvt_f32_f16);
-    INHERIT(exp_f32);
-    INHERIT(fma_probe);
-    INHERIT(cvt_f32_e4m3);
-    INHERIT(cvt_e4m3_f32);
-    INHERIT(cvt_f32_e5m2);
-    INHERIT(cvt_e5m2_f32);
-    INHERIT(copy_stream);
-    INHERIT(store_fence);
-    INHERIT(gemm_f32);
-    INHERIT(gemm_bf16);
-#undef INHERIT
+    for (size_t i = 0; i < sizeof kernel_slots / sizeof kernel_slots[0]; i++) {
+        void **kernel = (void **)((char *)&e->desc.kernels + kernel_slots[i].offset);
+        if (!*kernel && !kernel_slots[i].route)
+            *kernel = mla_kernel_get(&ref, &kernel_slots[i]);
+    }
     e->route_slower = false;
     e->route_speedup = 0.0;
-    if (mla_half_route_name(k) && (desc->required_caps & ~(g.detected & g.real)) == 0) {
-        e->route_speedup = mla_half_route_speedup(k);
+    const mla_attn_route *half = mla_attn_half_route(&e->desc.kernels);
+    if (half && (desc->required_caps & ~(g.detected & g.real)) == 0) {
+        e->route_speedup = mla_attn_route_speedup(&e->desc.kernels, half);
         e->route_slower = e->route_speedup < 1.0;
     }
 }
@@ -291,7 +304,7 @@ static void log_state(void)
                  why);
         if (g.registry[i].route_speedup > 0.0)
             log_line("backend %-12s %s route %.2fx its f32 route%s", g.registry[i].name,
-                     mla_half_route_name(&g.registry[i].desc.kernels), g.registry[i].route_speedup,
+                     mla_attn_half_route(&g.registry[i].desc.kernels)->name, g.registry[i].route_speedup,
                      g.registry[i].route_slower ? ": not auto-selected for attention" : "");
     }
     for (int op = 0; op < MLA_OP_COUNT; op++) {
@@ -489,7 +502,7 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode
         collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
         if (cfg && op != MLA_OP_CONVERT && g.registry[i].route_slower)
             add_reason(&r, "its %s route measured %.2fx its f32 route on this cpu",
-                       mla_half_route_name(&g.registry[i].desc.kernels), g.registry[i].route_speedup);
+                       mla_attn_half_route(&g.registry[i].desc.kernels)->name, g.registry[i].route_speedup);
         if (r.count == 0) {
             *out = &g.registry[i].desc;
             return MLA_OK;
@@ -551,6 +564,10 @@ mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
 {
     if (!desc || !desc->name || !desc->name[0])
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_register_backend: a named descriptor is required");
+    if (desc->size < DESC_V1_SIZE || desc->size > sizeof(mla_backend_desc))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_register_backend: desc->size %zu is not a "
+                        "descriptor's size (%zu .. %zu; set it to sizeof(mla_backend_desc))",
+                        desc->size, (size_t)DESC_V1_SIZE, sizeof(mla_backend_desc));
     if (strlen(desc->name) >= NAME_LEN || (desc->isa && strlen(desc->isa) >= NAME_LEN))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "backend name and isa must be shorter than %d",
                         NAME_LEN);
@@ -577,6 +594,15 @@ mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
         log_line("backend %s %s (priority %d)", desc->name, i >= 0 ? "overridden" : "registered",
                  desc->priority);
     return st;
+}
+
+const char *mla_backend_route(const char *name, const mla_config *cfg)
+{
+    const mla_backend_desc *b = mla_backend_find(name);
+    if (!b || !cfg)
+        return NULL;
+    int64_t width = cfg->kv_lora_rank + cfg->rope_dim; /* a dense cache's row stride too */
+    return mla_attn_route_for(&b->kernels, cfg->q_dtype, cfg->cache_dtype, width, width)->name;
 }
 
 /* ---- per-call dispatch ---------------------------------------------------- */

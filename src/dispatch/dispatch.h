@@ -2,7 +2,7 @@
 #ifndef MLA_DISPATCH_H
 #define MLA_DISPATCH_H
 
-#include "mla.h"
+#include "mla_backend.h"
 
 /* The real CPU reader (CPUID/XCR0 or getauxval). */
 void mla_cpu_read(mla_cpu_raw *raw);
@@ -12,15 +12,6 @@ bool mla_isa_level_mask(const char *name, mla_caps *keep);
 
 /* Built-in backends of this architecture, in priority order. */
 const mla_backend_desc *mla_builtin_backends(int *count);
-
-/* The backend's half-precision attention route: "bf16 dot" (gemm_bf16dot),
- * "f16" (gemm_f16f16), or NULL when it has neither. */
-const char *mla_half_route_name(const mla_kernels *k);
-
-/* Time of the backend's gemm_f32 over its half-precision route's GEMM on the
- * decode scores shape, measured on this CPU (> 1: that route is faster; 0
- * when it could not be measured). The kernels must be able to run here. */
-double mla_half_route_speedup(const mla_kernels *k);
 
 /* Initializes if needed, then picks the backend for op/cfg (see
  * mla_select_backend) and returns its kernel table and name. */

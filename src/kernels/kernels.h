@@ -1,32 +1,26 @@
 /*
- * Every micro-kernel, by ISA: the one list that the backend table, tests and
- * benchmarks draw from. Names say what, then how: mla_<op>_<dtype>__<isa>.
- * Signatures are the mla_*_fn types of mla.h.
+ * The library's micro-kernels, declared from the one kernel list
+ * (MLA_KERNEL_SLOTS in mla_backend.h). Every ISA defines each base slot as
+ * mla_<slot>__<isa>; route kernels exist where an ISA has the instruction
+ * and are declared one by one below. MLA_KERNEL_TABLE(isa, ...) is an ISA's
+ * whole table for the built-in backend list (src/dispatch/backends.c).
  */
 #ifndef MLA_KERNELS_H
 #define MLA_KERNELS_H
 
-#include "mla.h"
+#include "mla_backend.h"
 
-#define MLA_DECLARE_KERNELS(isa)                                                      \
-    void mla_cvt_bf16_f32__##isa(const uint16_t *src, float *dst, int64_t n);         \
-    void mla_cvt_f32_bf16__##isa(const float *src, uint16_t *dst, int64_t n);         \
-    void mla_cvt_f16_f32__##isa(const uint16_t *src, float *dst, int64_t n);          \
-    void mla_cvt_f32_f16__##isa(const float *src, uint16_t *dst, int64_t n);          \
-    void mla_exp_f32__##isa(const float *src, float *dst, int64_t n);                 \
-    double mla_fma_probe_f32__##isa(int64_t iters, float *sink);                      \
-    void mla_cvt_f32_e4m3__##isa(const float *src, uint8_t *dst, int64_t n, float scale); \
-    void mla_cvt_e4m3_f32__##isa(const uint8_t *src, float *dst, int64_t n, float scale); \
-    void mla_cvt_f32_e5m2__##isa(const float *src, uint8_t *dst, int64_t n, float scale); \
-    void mla_cvt_e5m2_f32__##isa(const uint8_t *src, float *dst, int64_t n, float scale); \
-    void mla_copy_stream__##isa(void *dst, const void *src, int64_t bytes);                \
-    void mla_store_fence__##isa(void);                                                     \
-    void mla_gemm_f32__##isa(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,    \
-                             int64_t cs_a, const float *b, int64_t ldb, float *c, int64_t ldc, \
-                             const float *c_scale);                                            \
-    void mla_gemm_bf16__##isa(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,   \
-                              int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,          \
-                              int64_t ldc, const float *c_scale);
+#define MLA_SLOT_SKIP(slot, type, isa)
+#define MLA_SLOT_DECLARE(slot, type, isa) type mla_##slot##__##isa;
+#define MLA_SLOT_ENTRY(slot, type, isa) .slot = mla_##slot##__##isa,
+
+/* Prototypes of every base slot of one ISA. */
+#define MLA_DECLARE_KERNELS(isa) MLA_KERNEL_SLOTS(MLA_SLOT_DECLARE, MLA_SLOT_SKIP, isa)
+
+/* The table of one ISA: its base kernels, then the route kernels given as
+ * designated initializers (.gemm_bf16dot = ...). */
+#define MLA_KERNEL_TABLE(isa, ...) \
+    { MLA_KERNEL_SLOTS(MLA_SLOT_ENTRY, MLA_SLOT_SKIP, isa) __VA_ARGS__ }
 
 MLA_DECLARE_KERNELS(ref)
 #if defined(__x86_64__)
@@ -36,40 +30,18 @@ MLA_DECLARE_KERNELS(avx512)
 MLA_DECLARE_KERNELS(neon)
 #endif
 
-/* The bf16 dot GEMM exists for AVX512_BF16 (vdpbf16ps) and FEAT_BF16
- * (BFDOT), whose arithmetic differs, and as a portable twin of each. */
-#define MLA_DECLARE_GEMM_BF16DOT(isa)                                                          \
-    void mla_gemm_bf16dot__##isa(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a, \
-                                 int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,       \
-                                 int64_t ldc, const float *c_scale);
-MLA_DECLARE_GEMM_BF16DOT(ref)       /* vdpbf16ps */
-MLA_DECLARE_GEMM_BF16DOT(ref_bfdot) /* BFDOT */
+/* Route kernels. The bf16 dot GEMM exists for AVX512_BF16 (vdpbf16ps) and
+ * FEAT_BF16 (BFDOT), whose arithmetic differs, and as a portable twin of
+ * each (ref: vdpbf16ps, ref_bfdot: BFDOT); the f16 x f16 GEMM for FEAT_FHM
+ * (FMLAL) and as its ref twin. */
+mla_gemm_bf16dot_fn mla_gemm_bf16dot__ref;
+mla_gemm_bf16dot_fn mla_gemm_bf16dot__ref_bfdot;
+mla_gemm_f16f16_fn mla_gemm_f16f16__ref;
 #if defined(__x86_64__)
-MLA_DECLARE_GEMM_BF16DOT(avx512bf16)
+mla_gemm_bf16dot_fn mla_gemm_bf16dot__avx512_bf16;
 #elif defined(__aarch64__)
-MLA_DECLARE_GEMM_BF16DOT(neonbf16)
+mla_gemm_bf16dot_fn mla_gemm_bf16dot__neon_bf16;
+mla_gemm_f16f16_fn mla_gemm_f16f16__neon_fp16;
 #endif
-
-/* The f16 x f16 GEMM: the ref twin, and FMLAL (FEAT_FHM). */
-void mla_gemm_f16f16__ref(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
-                          int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
-                          const float *c_scale);
-#if defined(__aarch64__)
-void mla_gemm_f16f16__neonfp16(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
-                               int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
-                               const float *c_scale);
-#endif
-
-/* The full table of one ISA, for designated initializers. */
-#define MLA_KERNEL_TABLE(isa, ...)                                                         \
-    {                                                                                 \
-        .cvt_bf16_f32 = mla_cvt_bf16_f32__##isa, .cvt_f32_bf16 = mla_cvt_f32_bf16__##isa, \
-        .cvt_f16_f32 = mla_cvt_f16_f32__##isa, .cvt_f32_f16 = mla_cvt_f32_f16__##isa,     \
-        .exp_f32 = mla_exp_f32__##isa, .fma_probe = mla_fma_probe_f32__##isa,            \
-        .cvt_f32_e4m3 = mla_cvt_f32_e4m3__##isa, .cvt_e4m3_f32 = mla_cvt_e4m3_f32__##isa, \
-        .cvt_f32_e5m2 = mla_cvt_f32_e5m2__##isa, .cvt_e5m2_f32 = mla_cvt_e5m2_f32__##isa, \
-        .copy_stream = mla_copy_stream__##isa, .store_fence = mla_store_fence__##isa,     \
-        .gemm_f32 = mla_gemm_f32__##isa, .gemm_bf16 = mla_gemm_bf16__##isa, __VA_ARGS__   \
-    }
 
 #endif

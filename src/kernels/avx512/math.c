@@ -1,4 +1,4 @@
-/* AVX-512 vector exp (Sleef, 1-ulp) and the FMA-throughput probe. */
+/* AVX-512 vector exp (Sleef, 1-ulp). */
 #include "kernels/kernels.h"
 
 #include "util.h"
@@ -13,24 +13,4 @@ void mla_exp_f32__avx512(const float *src, float *dst, int64_t n)
         __m512 e = Sleef_expf16_u10avx512f(_mm512_maskz_loadu_ps(m, src + i));
         _mm512_mask_storeu_ps(dst + i, m, e);
     }
-}
-
-/* 16 independent chains cover FMA latency (4 cycles) x 2 ports with room. */
-double mla_fma_probe_f32__avx512(int64_t iters, float *sink)
-{
-    enum { CHAINS = 16 };
-    __m512 acc[CHAINS];
-    for (int c = 0; c < CHAINS; c++)
-        acc[c] = _mm512_set1_ps((float)c);
-    const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-6f);
-    for (int64_t i = 0; i < iters; i++)
-        /* fully unrolled, so the chains live in registers, not on the stack */
-#pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++)
-            acc[c] = _mm512_fmadd_ps(acc[c], mul, add);
-    __m512 sum = acc[0];
-    for (int c = 1; c < CHAINS; c++)
-        sum = _mm512_add_ps(sum, acc[c]);
-    *sink = _mm512_reduce_add_ps(sum);
-    return 2.0 * 16 * CHAINS * (double)iters;
 }

@@ -3,7 +3,7 @@
 #ifndef MLA_COMMON_ABSORB_H
 #define MLA_COMMON_ABSORB_H
 
-#include "mla.h"
+#include "mla_backend.h"
 
 typedef struct mla_absorb_shape {
     int64_t tokens, heads; /* Td, H */

@@ -4,7 +4,7 @@
 #ifndef MLA_COMMON_CACHE_H
 #define MLA_COMMON_CACHE_H
 
-#include "mla.h"
+#include "mla_backend.h"
 
 /* SPEC §3.1 for num_tokens rows; slots already checked to be < capacity. */
 void mla_cache_write(const mla_kernels *k, const mla_kv_cache *cache, const void *kv_c,

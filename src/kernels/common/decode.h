@@ -5,7 +5,7 @@
 #ifndef MLA_COMMON_DECODE_H
 #define MLA_COMMON_DECODE_H
 
-#include "mla.h"
+#include "mla_backend.h"
 
 /* Bytes of workspace mla_decode_run needs for these args on `threads`
  * threads, 64 bytes of alignment slack included; false on int64 overflow.

@@ -2,7 +2,7 @@
 #ifndef MLA_COMMON_ELEMENTWISE_H
 #define MLA_COMMON_ELEMENTWISE_H
 
-#include "mla.h"
+#include "mla_backend.h"
 
 typedef enum mla_elementwise_kind {
     MLA_EW_CVT_BF16_F32,

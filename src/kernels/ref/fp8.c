@@ -1,6 +1,6 @@
 /*
  * Reference fp8 conversions with a scale (the definition every ISA matches;
- * see mla_cvt_f32_fp8_fn in mla.h): f32 -> fp8 rounds x / scale to nearest
+ * see mla_cvt_f32_fp8_fn in mla_backend.h): f32 -> fp8 rounds x / scale to nearest
  * even and saturates to the largest finite value; fp8 -> f32 is exact, then
  * one multiply by the scale.
  */

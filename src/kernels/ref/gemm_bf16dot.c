@@ -1,5 +1,5 @@
 /*
- * Portable twin of mla_gemm_bf16dot__avx512bf16: the same GEMM written one
+ * Portable twin of mla_gemm_bf16dot__avx512_bf16: the same GEMM written one
  * element at a time, emulating AVX512_BF16's vdpbf16ps bit for bit, so any
  * CPU can compute (and tests can check) what that kernel stores.
  *

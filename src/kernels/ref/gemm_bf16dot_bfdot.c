@@ -1,5 +1,5 @@
 /*
- * Portable twin of mla_gemm_bf16dot__neonbf16: the GEMM of
+ * Portable twin of mla_gemm_bf16dot__neon_bf16: the GEMM of
  * mla_gemm_bf16dot_fn with Arm's BFDOT arithmetic (FEAT_BF16 with
  * FPCR.EBF = 0: the BFDotAdd pseudocode, which is what QEMU emulates), bit
  * for bit, so any CPU can compute (and tests can check) what that kernel

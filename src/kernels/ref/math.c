@@ -1,4 +1,4 @@
-/* Reference vector exp and the scalar FMA-throughput probe. */
+/* Reference vector exp. */
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -7,24 +7,4 @@ void mla_exp_f32__ref(const float *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         dst[i] = expf(src[i]);
-}
-
-/* Eight independent multiply-add chains (no FMA instruction is assumed). */
-double mla_fma_probe_f32__ref(int64_t iters, float *sink)
-{
-    enum { CHAINS = 8 };
-    float acc[CHAINS];
-    for (int c = 0; c < CHAINS; c++)
-        acc[c] = (float)c;
-    const float mul = 0.999999f, add = 1e-6f;
-    for (int64_t i = 0; i < iters; i++)
-        /* fully unrolled, so the chains live in registers, not on the stack */
-#pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++)
-            acc[c] = acc[c] * mul + add;
-    float sum = 0.0f;
-    for (int c = 0; c < CHAINS; c++)
-        sum += acc[c];
-    *sink = sum;
-    return 2.0 * CHAINS * (double)iters;
 }

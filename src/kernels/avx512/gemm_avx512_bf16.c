@@ -120,7 +120,7 @@ static void tile_any(const tile_args *t, int rows, int nv)
     }
 }
 
-void mla_gemm_bf16dot__avx512bf16(int64_t m, int64_t n, int64_t k, const uint16_t *a,
+void mla_gemm_bf16dot__avx512_bf16(int64_t m, int64_t n, int64_t k, const uint16_t *a,
                                   int64_t rs_a, int64_t cs_a, const uint16_t *b, int64_t ldb,
                                   float *c, int64_t ldc, const float *c_scale)
 {

@@ -1,0 +1,227 @@
+/*
+ * libmla extension API: micro-kernel tables, backend descriptors and their
+ * registry, and the CPU-reader seam. A server needs none of this to run the
+ * ops of mla.h; it is for whoever adds or replaces kernels (a custom backend,
+ * a tuned kernel for one slot) and for tests and tools that present a fake
+ * CPU. The descriptor carries its own size, so this API can grow (new kernel
+ * slots, new fields) without breaking a caller compiled against an older
+ * header: see mla_backend_desc.size.
+ */
+#ifndef MLA_BACKEND_H
+#define MLA_BACKEND_H
+
+#include "mla.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped when the extension API changes in a way a caller must know of.
+ * 1: kernel slots as below, descriptor with a size field. */
+#define MLA_BACKEND_API_VERSION 1
+
+/* ------------------------------------------------------------------------ */
+/* The CPU-reader seam                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mla_arch { MLA_ARCH_OTHER = 0, MLA_ARCH_X86_64, MLA_ARCH_AARCH64 } mla_arch;
+
+/* The raw readings detection is made from. On x86-64: CPUID leaves and XCR0;
+ * on AArch64: the AT_HWCAP / AT_HWCAP2 words. */
+typedef struct mla_cpu_raw {
+    mla_arch arch;
+    uint32_t max_leaf;                      /* CPUID.0:EAX                   */
+    uint32_t leaf1_ecx, leaf1_edx;          /* CPUID.1                       */
+    uint32_t leaf7_ebx, leaf7_ecx, leaf7_edx; /* CPUID.(7,0)                 */
+    uint32_t leaf7_1_eax;                   /* CPUID.(7,1)                   */
+    uint64_t xcr0;                          /* XGETBV(0); 0 without OSXSAVE   */
+    bool amx_permitted;                     /* Linux granted XTILEDATA state  */
+    uint64_t hwcap, hwcap2;                 /* AArch64 getauxval words        */
+} mla_cpu_raw;
+
+/* Fills *raw from the CPU. Replaceable so tests (or a server pinning a
+ * feature level) can present any CPU. */
+typedef void (*mla_cpu_reader)(mla_cpu_raw *raw);
+
+/* Decodes raw readings into capability bits (pure; no CPU access). */
+MLA_API mla_caps mla_cpu_caps_decode(const mla_cpu_raw *raw);
+
+/* Replace the CPU reader (NULL restores the real one). Takes effect at the
+ * next initialization, so call it before any other libmla function. */
+MLA_API void mla_set_cpu_reader(mla_cpu_reader reader);
+
+/* ------------------------------------------------------------------------ */
+/* Micro-kernel signatures                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Conversions round to nearest even and keep infinities and denormals; NaNs
+ * stay NaN (quieted, except bf16 -> f32, a pure shift). */
+typedef void mla_cvt_bf16_f32_fn(const uint16_t *src, float *dst, int64_t n);
+typedef void mla_cvt_f32_bf16_fn(const float *src, uint16_t *dst, int64_t n);
+typedef void mla_cvt_f16_f32_fn(const uint16_t *src, float *dst, int64_t n);
+typedef void mla_cvt_f32_f16_fn(const float *src, uint16_t *dst, int64_t n);
+/* dst[i] = e^src[i] within 1 ulp; dst may equal src. */
+typedef void mla_exp_f32_fn(const float *src, float *dst, int64_t n);
+/* fp8 (e4m3fn: bias 7, largest 448, no infinities; e5m2: bias 15, largest
+ * 57344) with a scale, as KV caches store it. f32 -> fp8 stores
+ * saturate(x / scale): the quotient is one f32 division, rounded to nearest
+ * even; magnitudes beyond the largest finite value, infinities included,
+ * become the largest finite value (CUDA's satfinite); NaN becomes the quiet
+ * NaN code 0x7f (e4m3) or 0x7e (e5m2) with x's sign. fp8 -> f32 gives
+ * value * scale (one f32 multiply); fp8 NaNs widen to quiet f32 NaNs with the
+ * fp8 mantissa as the top payload bits, e5m2 infinities to infinities.
+ * scale 1 is the plain conversion. */
+typedef void mla_cvt_f32_fp8_fn(const float *src, uint8_t *dst, int64_t n, float scale);
+typedef void mla_cvt_fp8_f32_fn(const uint8_t *src, float *dst, int64_t n, float scale);
+/* Copies bytes; whole 64-byte lines of dst may be written with streaming
+ * (non-temporal) stores, which skip the read-for-ownership of lines that are
+ * about to be overwritten. Call store_fence before other threads read dst. */
+typedef void mla_copy_stream_fn(void *dst, const void *src, int64_t bytes);
+/* Orders the calling thread's streaming stores before its later stores. */
+typedef void mla_store_fence_fn(void);
+/* GEMM with strided operands, the shape every attention step reduces to
+ * (scores, P.V, the W_UK / W_UV absorptions). For i < m, j < n:
+ *   acc = c_scale ? c_scale[i] * c[i*ldc + j] : 0   (c is not read when NULL)
+ *   for p = 0 .. k-1 in order: acc = fma(a[i*rs_a + p*cs_a], b[p*ldb + j], acc)
+ *   c[i*ldc + j] = acc
+ * Each element is one chain of single-rounding f32 multiply-adds in that
+ * order, so every ISA's kernel gives the ref kernel's bits (NaN payloads
+ * aside), whatever m, n, the tiling or the addresses (what batch-invariant
+ * decode relies on).
+ * c must not overlap a or b. The bf16 variant reads b as bf16, widened
+ * exactly. */
+typedef void mla_gemm_f32_fn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,
+                             int64_t cs_a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                             const float *c_scale);
+typedef void mla_gemm_bf16_fn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rs_a,
+                              int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
+                              const float *c_scale);
+/* bf16 dot-product GEMM, in the arithmetic of the ISA's bf16 dot
+ * instruction: A and B bf16, k even, products taken in pairs along k.
+ * A(i, p) = a[2*(i*rs_a + (p/2)*cs_a) + p%2] (strides count pairs);
+ * B(p, j) = b[(p/2)*ldb + 2*j + p%2] (pair-packed rows; ldb counts
+ * elements). For i < m, j < n: acc = c_scale ? c_scale[i] * c[i*ldc + j] : 0,
+ * then for each pair q in order, with denormal inputs read as zero and tiny
+ * results flushed to zero:
+ *   x86 vdpbf16ps: acc = fma(A(i,2q+1), B(2q+1,j), acc), then
+ *     acc = fma(A(i,2q), B(2q,j), acc), each rounded to nearest even;
+ *   Arm BFDOT: acc = acc + (A(i,2q) B(2q,j) + A(i,2q+1) B(2q+1,j)), the sum
+ *     and the accumulation each rounded to odd. */
+typedef void mla_gemm_bf16dot_fn(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
+                                 int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,
+                                 int64_t ldc, const float *c_scale);
+/* f16 GEMM with f32 accumulation: mla_gemm_f32_fn with A and B read as f16,
+ * each widened exactly, so it gives gemm_f32's bits on the widened operands
+ * (f16 products are exact in f32; Arm's FMLAL rounds each step once). */
+typedef void mla_gemm_f16f16_fn(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
+                                int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,
+                                int64_t ldc, const float *c_scale);
+
+/* ------------------------------------------------------------------------ */
+/* The kernel list                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Every kernel slot, once, in table order: BASE(slot, type, arg) for the
+ * slots every backend has (a NULL one inherits the ref kernel, as BLIS
+ * contexts start from reference kernels), ROUTE(slot, type, arg) for the
+ * half-precision attention routes, whose NULL means the backend has no such
+ * route. This list generates the mla_kernels struct below, the library's
+ * kernel prototypes (mla_<slot>__<isa>), each backend's table, inheritance
+ * from ref, and mla_kernel_slots(), which tests and tools loop over. New
+ * slots are appended, so older descriptors stay valid. */
+#define MLA_KERNEL_SLOTS(BASE, ROUTE, arg)             \
+    BASE(cvt_bf16_f32, mla_cvt_bf16_f32_fn, arg)       \
+    BASE(cvt_f32_bf16, mla_cvt_f32_bf16_fn, arg)       \
+    BASE(cvt_f16_f32, mla_cvt_f16_f32_fn, arg)         \
+    BASE(cvt_f32_f16, mla_cvt_f32_f16_fn, arg)         \
+    BASE(exp_f32, mla_exp_f32_fn, arg)                 \
+    BASE(cvt_f32_e4m3, mla_cvt_f32_fp8_fn, arg)        \
+    BASE(cvt_e4m3_f32, mla_cvt_fp8_f32_fn, arg)        \
+    BASE(cvt_f32_e5m2, mla_cvt_f32_fp8_fn, arg)        \
+    BASE(cvt_e5m2_f32, mla_cvt_fp8_f32_fn, arg)        \
+    BASE(copy_stream, mla_copy_stream_fn, arg)         \
+    BASE(store_fence, mla_store_fence_fn, arg)         \
+    BASE(gemm_f32, mla_gemm_f32_fn, arg)               \
+    BASE(gemm_bf16, mla_gemm_bf16_fn, arg)             \
+    ROUTE(gemm_bf16dot, mla_gemm_bf16dot_fn, arg)      \
+    ROUTE(gemm_f16f16, mla_gemm_f16f16_fn, arg)
+
+#define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
+
+/* A backend's micro-kernels, one pointer per slot of the list. */
+typedef struct mla_kernels {
+    MLA_KERNEL_SLOTS(MLA_KERNEL_FIELD, MLA_KERNEL_FIELD, )
+} mla_kernels;
+
+/* One slot of the list, for loops over every kernel of a table. */
+typedef struct mla_kernel_slot {
+    const char *name;  /* "gemm_f32"                                        */
+    size_t offset;     /* of its pointer in mla_kernels                     */
+    bool route;        /* NULL means "no such route" rather than "use ref's" */
+} mla_kernel_slot;
+
+/* The slots in table order; *count gets their number. */
+MLA_API const mla_kernel_slot *mla_kernel_slots(int *count);
+
+/* The kernel of `slot` in table k (NULL if the table has none). */
+static inline void *mla_kernel_get(const mla_kernels *k, const mla_kernel_slot *slot)
+{
+    return *(void *const *)((const char *)k + slot->offset);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backends                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define MLA_MAX_HEAD_DIMS 4
+
+/* A backend: what it needs, what it accepts, and its micro-kernels. */
+typedef struct mla_backend_desc {
+    /* sizeof(mla_backend_desc) as the caller compiled it: registration reads
+     * that many bytes and treats the rest (fields and kernel slots a newer
+     * header added) as zero. Descriptors copied from mla_backend_find()
+     * carry it already. */
+    size_t size;
+    const char *name;        /* unique, e.g. "avx512_bf16"                   */
+    const char *isa;         /* ISA of its micro-kernels: "ref", "avx2", ...  */
+    int priority;            /* auto-selection tries higher first            */
+    mla_caps required_caps;  /* every bit must be in mla_cpu_caps()          */
+    uint32_t ops;            /* bit (1u << mla_op) per op it implements      */
+    uint32_t q_dtypes;       /* MLA_DTYPE_BIT set                            */
+    uint32_t cache_dtypes;   /* MLA_DTYPE_BIT set                            */
+    int64_t head_dims[MLA_MAX_HEAD_DIMS]; /* allowed L+R; all 0 = any        */
+    int64_t block_size_multiple;          /* block_size % this == 0; 0/1 any */
+    mla_kernels kernels;     /* last: new slots extend the descriptor's end  */
+} mla_backend_desc;
+
+/* Number of backends known (built-in that are compiled in, plus
+ * registered), and the i-th in priority order. */
+MLA_API int mla_backend_count(void);
+MLA_API const mla_backend_desc *mla_backend_at(int index);
+/* NULL if no backend has that name. */
+MLA_API const mla_backend_desc *mla_backend_find(const char *name);
+
+/* The backend `op` will use for `cfg` (NULL: CPU checks only): the forced one
+ * if valid, else the first valid in priority order. */
+MLA_API mla_status mla_select_backend(mla_op op, const mla_config *cfg,
+                                      const mla_backend_desc **out);
+
+/* The attention route the named backend takes for cfg (decode now, prefill
+ * next): "f32" (gemm_f32 on f32 or widened operands), "bf16 dot"
+ * (gemm_bf16dot, when q and the cache are bf16) or "f16" (gemm_f16f16, when
+ * both are f16). NULL for an unknown name. */
+MLA_API const char *mla_backend_route(const char *name, const mla_config *cfg);
+
+/* Add a backend (MLA_ERR_ALREADY_EXISTS if the name is taken), or replace an
+ * existing one of the same name when `override` is true (a built-in too).
+ * The descriptor and its strings are copied. NULL base kernels inherit
+ * ref's; a NULL route kernel means the backend has no such route.
+ * desc->size must be at least the size of the first version's descriptor
+ * and at most sizeof(mla_backend_desc). */
+MLA_API mla_status mla_register_backend(const mla_backend_desc *desc, bool override);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MLA_BACKEND_H */

@@ -1,0 +1,111 @@
+#include "attention.h"
+
+#include "core/policy.h"
+
+#include <math.h>
+#include <string.h>
+
+void mla_attn_rows_start(const mla_attn_rows *st, float *o, int64_t width)
+{
+    for (int64_t r = 0; r < st->ld; r++) {
+        st->m[r] = -INFINITY;
+        st->l[r] = 0.0f;
+    }
+    memset(o, 0, (size_t)(st->ld * width) * sizeof(float));
+}
+
+/* Every loop runs along the rows r, which are contiguous, so it vectorizes. */
+void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float *s, int64_t n,
+                           float score_scale)
+{
+    const int64_t ld = st->ld, nr = st->nr;
+    float *m = st->m, *l = st->l, *alpha = st->alpha;
+    float mx[MLA_ATTN_MAX_ROWS], sum[MLA_ATTN_MAX_ROWS];
+    for (int64_t r = 0; r < ld; r++) {
+        mx[r] = m[r];
+        sum[r] = 0.0f;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        float *row = s + j * ld;
+        if (score_scale != 1.0f)
+            for (int64_t r = 0; r < nr; r++)
+                row[r] *= score_scale;
+        for (int64_t r = 0; r < nr; r++)
+            mx[r] = row[r] > mx[r] ? row[r] : mx[r];
+    }
+    for (int64_t r = 0; r < ld; r++) {
+        float use = mx[r] == -INFINITY ? 0.0f : mx[r];
+        alpha[r] = m[r] - use; /* pad rows: -inf - 0 */
+        m[r] = mx[r];
+        mx[r] = use;
+    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t r = 0; r < ld; r++)
+            s[j * ld + r] -= mx[r];
+    k->exp_f32(s, s, n * ld);
+    k->exp_f32(alpha, alpha, ld);
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t r = 0; r < ld; r++)
+            sum[r] += s[j * ld + r];
+    for (int64_t r = 0; r < nr; r++)
+        l[r] = l[r] * alpha[r] + sum[r];
+}
+
+int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr)
+{
+    return c->last_key0 + (c->row0 + nr - 1) / c->rows_per_query + 1;
+}
+
+bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n)
+{
+    return key0 + n - 1 > c->last_key0 + c->row0 / c->rows_per_query;
+}
+
+void mla_attn_mask_tile(const mla_attn_causal *c, float *s, int64_t ld, int64_t key0, int64_t n,
+                        int64_t nr)
+{
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t r = 0; r < nr; r++)
+            if (key0 + j > c->last_key0 + (c->row0 + r) / c->rows_per_query)
+                s[j * ld + r] = -INFINITY;
+}
+
+float mla_attn_finish_row(float *o, int64_t width, float m, float l)
+{
+    if (!(l > 0.0f)) {
+        memset(o, 0, (size_t)width * sizeof(float));
+        return -INFINITY;
+    }
+    for (int64_t e = 0; e < width; e++)
+        o[e] /= l;
+    return m + logf(l);
+}
+
+/* +inf is how FlashAttention-style code reports an empty row: empty here. */
+static float empty_if_inf(float lse)
+{
+    return lse == INFINITY ? -INFINITY : lse;
+}
+
+float mla_attn_merge_row(float *dst, int64_t width, const float *o, int64_t o_stride,
+                         const float *lse, int64_t lse_stride, int64_t count)
+{
+    float mx = -INFINITY;
+    for (int64_t q = 0; q < count; q++) {
+        float v = empty_if_inf(lse[q * lse_stride]);
+        mx = v > mx ? v : mx;
+    }
+    memset(dst, 0, (size_t)width * sizeof(float));
+    if (mx == -INFINITY)
+        return -INFINITY;
+    float sum = 0.0f;
+    for (int64_t q = 0; q < count; q++)
+        sum += expf(empty_if_inf(lse[q * lse_stride]) - mx);
+    for (int64_t q = 0; q < count; q++) {
+        float w = expf(empty_if_inf(lse[q * lse_stride]) - mx) / sum;
+        const float *oq = o + q * o_stride;
+        for (int64_t e = 0; e < width; e++)
+            dst[e] += w * oq[e];
+    }
+    return mx + logf(sum);
+}

@@ -1,0 +1,76 @@
+/*
+ * The attention core that decode and prefill share: online-softmax state of
+ * a block of query rows, the causal rule, row finishing and the LSE merge of
+ * partial results. Written once here; the drivers (decode.c, and prefill's)
+ * own only their tiling and addressing.
+ *
+ * Layout. A pass holds up to MLA_ATTN_MAX_ROWS query rows, padded to `ld`
+ * (a multiple of MLA_ATTN_ROW_MULTIPLE). A tile's scores are S [n keys][ld
+ * rows]: the query rows lie along the vector lanes, so the softmax (max,
+ * exp, sums) runs down contiguous rows with no horizontal reductions. The
+ * output accumulator is O [ld][value width].
+ *
+ * Conventions (docs/semantics.md §8): LSEs are natural-log, f32; a row that
+ * sees no key gets output 0 and LSE -inf; merging treats +inf and -inf as
+ * empty, and two empty partials merge to 0 and -inf, never NaN.
+ */
+#ifndef MLA_COMMON_ATTENTION_H
+#define MLA_COMMON_ATTENTION_H
+
+#include "mla_backend.h"
+
+/* Online-softmax state of a pass's rows: running max m, running sum l, and
+ * alpha, the factor the last tile rescaled O by (e^(old m - new m)). */
+typedef struct mla_attn_rows {
+    int64_t nr;       /* real rows                                        */
+    int64_t ld;       /* rows padded: S's row stride and the arrays' length */
+    float *m, *l, *alpha;
+} mla_attn_rows;
+
+/* A fresh pass: m = -inf, l = 0, and O [ld][width] = 0. */
+void mla_attn_rows_start(const mla_attn_rows *st, float *o, int64_t width);
+
+/* One tile of the online softmax over S [n][ld]: scores times score_scale
+ * (skipped when 1), the running max, S -> e^(S - max), alpha, and the
+ * running sums of the first nr rows. A row whose max is still -inf uses 0
+ * as its max, so its exps are 0 and nothing becomes NaN. exp runs on the
+ * backend's kernel over whole padded rows. */
+void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float *s, int64_t n,
+                           float score_scale);
+
+/* The causal rule, bottom-right aligned (decode's MTP, prefill's new
+ * tokens): pass row r is query (row0 + r) / rows_per_query, and query i sees
+ * key j iff j <= last_key0 + i. Decode packs H heads per query
+ * (rows_per_query = H) with last_key0 = seq_len - s_q; prefill runs one
+ * head's tokens (rows_per_query = 1) with last_key0 = keys - queries. */
+typedef struct mla_attn_causal {
+    int64_t last_key0, row0, rows_per_query;
+} mla_attn_causal;
+
+/* Keys at or past this are seen by none of the pass's first nr rows: where a
+ * causal walk over the keys stops (tiles past the diagonal are skipped). */
+int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr);
+
+/* Whether keys [key0, key0 + n) hold one that some row of the pass may not
+ * see: the tile straddles the diagonal and needs mla_attn_mask_tile. */
+bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n);
+
+/* Sets S[j][r] = -inf for every key key0 + j that row r may not see, for the
+ * first nr rows. */
+void mla_attn_mask_tile(const mla_attn_causal *c, float *s, int64_t ld, int64_t key0, int64_t n,
+                        int64_t nr);
+
+/* Finishes one row: o = o / l and returns the LSE m + ln l; a row that saw
+ * no key (l == 0) becomes 0 with LSE -inf. */
+float mla_attn_finish_row(float *o, int64_t width, float m, float l);
+
+/* Merges `count` partial results of one row, in index order: partial q is
+ * o + q * o_stride with LSE lse[q * lse_stride]. dst = sum_q w_q o_q with
+ * w_q = e^(lse_q - max) / sum_q e^(lse_q - max); returns max + ln(sum).
+ * A partial whose LSE is +inf or -inf is empty; when all are, dst = 0 and
+ * the result is -inf. A NaN LSE propagates. With count 2 this is
+ * merge_attn_states on one row (docs/semantics.md §4). */
+float mla_attn_merge_row(float *dst, int64_t width, const float *o, int64_t o_stride,
+                         const float *lse, int64_t lse_stride, int64_t count);
+
+#endif

@@ -1,0 +1,240 @@
+#include "attention_route.h"
+
+#include "core/policy.h"
+#include "core/size.h"
+#include "elementwise.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- f32 ------------------------------------------------------------------ */
+
+static bool has_f32(const mla_kernels *k)
+{
+    return k->gemm_f32 != NULL;
+}
+
+/* Qt[d][r] = scale * q[d] in f32. */
+static void pack_q_f32(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
+                       int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
+                       float *row)
+{
+    float *q = qt;
+    mla_convert_run(k, row, MLA_DTYPE_F32, nope, q_dtype, l, 1.0f);
+    if (rope > 0)
+        mla_convert_run(k, row + l, MLA_DTYPE_F32, pe, q_dtype, rope, 1.0f);
+    for (int64_t d = 0; d < l + rope; d++)
+        q[d * ld + r] = scale * row[d];
+}
+
+static void scores_f32(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
+                       int64_t stride, const void *qt, float *s)
+{
+    k->gemm_f32(n, ld, d, keys, stride, 1, qt, ld, s, ld, NULL);
+}
+
+static void values_f32(const mla_kernels *k, const mla_attn_values *v)
+{
+    for (int64_t q = 0; q < v->nruns; q++)
+        k->gemm_f32(v->ld, v->width, v->runs[q].count, v->s + v->runs[q].first * v->ld, 1, v->ld,
+                    v->runs[q].rows, v->stride, v->o, v->width, q == 0 ? v->alpha : v->ones);
+}
+
+/* ---- half precision: the raw q element d of a row ------------------------- */
+
+static uint16_t q_half(const void *nope, int64_t l, const void *pe, int64_t d)
+{
+    return d < l ? ((const uint16_t *)nope)[d] : ((const uint16_t *)pe)[d - l];
+}
+
+/* ---- bf16 dot --------------------------------------------------------------- */
+
+static bool has_bf16dot(const mla_kernels *k)
+{
+    return k->gemm_bf16dot != NULL;
+}
+
+/* Pair (d/2, r) of Qt at qt[(d/2) * 2 * ld + 2r]. */
+static void pack_q_bf16dot(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
+                           int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
+                           float *row)
+{
+    (void)k, (void)q_dtype, (void)scale, (void)row;
+    uint16_t *q = qt;
+    for (int64_t d = 0; d < l + rope; d++)
+        q[(d / 2) * 2 * ld + 2 * r + d % 2] = q_half(nope, l, pe, d);
+}
+
+static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
+                           int64_t stride, const void *qt, float *s)
+{
+    k->gemm_bf16dot(n, ld, d, keys, stride / 2, 1, qt, 2 * ld, s, ld, NULL);
+}
+
+/* dst[2e] = even[e], dst[2e + 1] = odd[e] (0 without an odd row). */
+static void interleave_pairs(uint16_t *dst, const uint16_t *even, const uint16_t *odd, int64_t n)
+{
+    for (int64_t e = 0; e < n; e++) {
+        dst[2 * e] = even[e];
+        dst[2 * e + 1] = odd ? odd[e] : 0;
+    }
+}
+
+/* Scratch: P in bf16, then P and V packed as pairs along the tile's keys. */
+static int64_t p_half_floats(int64_t ld)
+{
+    return mla_round_up(MLA_ATTN_TILE * ld / 2, MLA_ALIGN / (int64_t)sizeof(float));
+}
+
+/* P (rounded to bf16) and V packed as pairs along the tile's rows, a zero
+ * row completing an odd tile. */
+static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
+{
+    uint16_t *p16 = (uint16_t *)v->scratch;
+    uint16_t *pp = (uint16_t *)(v->scratch + p_half_floats(v->ld));
+    uint16_t *vp = (uint16_t *)(v->scratch + 2 * p_half_floats(v->ld));
+    k->cvt_f32_bf16(v->s, p16, v->n * v->ld);
+    const uint16_t *rows[MLA_ATTN_TILE];
+    for (int64_t q = 0; q < v->nruns; q++)
+        for (int64_t j = 0; j < v->runs[q].count; j++)
+            rows[v->runs[q].first + j] = (const uint16_t *)v->runs[q].rows + j * v->stride;
+    for (int64_t j = 0; j < v->n; j += 2) {
+        bool odd = j + 1 < v->n;
+        interleave_pairs(pp + j * v->ld, p16 + j * v->ld, odd ? p16 + (j + 1) * v->ld : NULL, v->ld);
+        interleave_pairs(vp + j * v->width, rows[j], odd ? rows[j + 1] : NULL, v->width);
+    }
+    k->gemm_bf16dot(v->ld, v->width, mla_round_up(v->n, 2), pp, 1, v->ld, vp, 2 * v->width, v->o,
+                    v->width, v->alpha);
+}
+
+/* ---- f16 ------------------------------------------------------------------ */
+
+static bool has_f16f16(const mla_kernels *k)
+{
+    return k->gemm_f16f16 != NULL;
+}
+
+/* Qt[d][r] = q[d] in f16. */
+static void pack_q_f16(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
+                       int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
+                       float *row)
+{
+    (void)k, (void)q_dtype, (void)scale, (void)row;
+    uint16_t *q = qt;
+    for (int64_t d = 0; d < l + rope; d++)
+        q[d * ld + r] = q_half(nope, l, pe, d);
+}
+
+static void scores_f16(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
+                       int64_t stride, const void *qt, float *s)
+{
+    k->gemm_f16f16(n, ld, d, keys, stride, 1, qt, ld, s, ld, NULL);
+}
+
+/* P rounded to f16; V read in place. */
+static void values_f16(const mla_kernels *k, const mla_attn_values *v)
+{
+    uint16_t *p16 = (uint16_t *)v->scratch;
+    k->cvt_f32_f16(v->s, p16, v->n * v->ld);
+    for (int64_t q = 0; q < v->nruns; q++)
+        k->gemm_f16f16(v->ld, v->width, v->runs[q].count, p16 + v->runs[q].first * v->ld, 1, v->ld,
+                       v->runs[q].rows, v->stride, v->o, v->width, q == 0 ? v->alpha : v->ones);
+}
+
+/* ---- the table ---------------------------------------------------------------- */
+
+static const mla_attn_route route_f32 = {
+    .name = "f32", .dtype = MLA_DTYPE_F32, .pair = 1, .q_elem = sizeof(float), .q_scaled = true,
+    .available = has_f32, .pack_q = pack_q_f32, .scores = scores_f32, .values = values_f32,
+};
+
+/* Half-precision routes, in the order a backend's kernels are looked at. */
+static const mla_attn_route half_routes[] = {
+    {
+        .name = "bf16-dot", .dtype = MLA_DTYPE_BF16, .pair = 2, .q_elem = sizeof(uint16_t),
+        .available = has_bf16dot, .pack_q = pack_q_bf16dot, .scores = scores_bf16dot,
+        .values = values_bf16dot,
+    },
+    {
+        .name = "f16", .dtype = MLA_DTYPE_F16, .pair = 1, .q_elem = sizeof(uint16_t),
+        .available = has_f16f16, .pack_q = pack_q_f16, .scores = scores_f16, .values = values_f16,
+    },
+};
+
+#define HALF_ROUTES ((int)(sizeof half_routes / sizeof half_routes[0]))
+
+const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype,
+                                         mla_dtype key_dtype, int64_t width, int64_t stride)
+{
+    for (int i = 0; i < HALF_ROUTES; i++) {
+        const mla_attn_route *r = &half_routes[i];
+        if (r->available(k) && q_dtype == r->dtype && key_dtype == r->dtype &&
+            width % r->pair == 0 && stride % r->pair == 0)
+            return r;
+    }
+    return &route_f32;
+}
+
+const mla_attn_route *mla_attn_half_route(const mla_kernels *k)
+{
+    for (int i = 0; i < HALF_ROUTES; i++)
+        if (half_routes[i].available(k))
+            return &half_routes[i];
+    return NULL;
+}
+
+int64_t mla_attn_route_scratch_floats(int64_t ld, int64_t width)
+{
+    /* bf16-dot's needs cover f16's (P alone) and f32's (none) */
+    return 2 * p_half_floats(ld) +
+           mla_round_up(MLA_ATTN_TILE * width / 2, MLA_ALIGN / (int64_t)sizeof(float));
+}
+
+/* ---- init-time timing ------------------------------------------------------------ */
+
+/* vdpbf16ps runs at twice the f32 FMA's FLOP rate on Zen 4 but at about half
+ * of it on Sapphire Rapids, and BFDOT and FMLAL against FMLA vary among Arm
+ * cores too, so which route is faster is a property of the CPU, timed once
+ * per backend on the decode scores shape. */
+enum { PROBE_M = 64, PROBE_N = 128, PROBE_K = 576, PROBE_REPS = 5 };
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double mla_attn_route_speedup(const mla_kernels *k, const mla_attn_route *route)
+{
+    enum { A = PROBE_M * PROBE_K, B = PROBE_N * PROBE_K, C = PROBE_M * PROBE_N };
+    float *a = calloc(A + B + C, sizeof(float));
+    uint16_t *a16 = calloc(A + B, sizeof(uint16_t));
+    if (!a || !a16) {
+        free(a);
+        free(a16);
+        return 0.0; /* unknown: keep the f32 route */
+    }
+    float *b = a + A, *c = b + B;
+    uint16_t *b16 = a16 + A;
+    const bool bf16 = route->dtype == MLA_DTYPE_BF16;
+    for (int i = 0; i < A + B; i++) { /* 1 .. 1.76: no denormal slow paths */
+        a16[i] = (uint16_t)((bf16 ? 0x3f80u : 0x3c00u) + (unsigned)(i % 97) * (bf16 ? 1u : 8u));
+        a[i] = 1.0f + (float)(i % 97) / 128.0f;
+    }
+    /* alternate the two so both see the same clock and neighbours; min of each */
+    double best_f32 = 1e30, best_half = 1e30;
+    for (int r = 0; r < PROBE_REPS; r++) {
+        double t0 = now();
+        route_f32.scores(k, PROBE_M, PROBE_N, PROBE_K, a, PROBE_K, b, c);
+        double t1 = now();
+        route->scores(k, PROBE_M, PROBE_N, PROBE_K, a16, PROBE_K, b16, c);
+        double t2 = now();
+        best_f32 = t1 - t0 < best_f32 ? t1 - t0 : best_f32;
+        best_half = t2 - t1 < best_half ? t2 - t1 : best_half;
+    }
+    free(a);
+    free(a16);
+    return best_f32 / best_half;
+}

@@ -1,0 +1,88 @@
+/*
+ * Attention routes: which GEMM kernels run the two products of an attention
+ * tile (scores S = K Qt, then O = alpha O + P^T V), in which element type,
+ * and how queries, P and V are laid out for them. One table, read by the
+ * drivers (decode now, prefill next) and by dispatch, which times each
+ * backend's half-precision route against its f32 route at init.
+ *
+ *   f32       gemm_f32: q packed as f32 with the softmax scale folded in;
+ *             keys read in place when f32, else widened by the driver.
+ *   bf16-dot  gemm_bf16dot (vdpbf16ps, BFDOT), when q and the keys are bf16:
+ *             q, P (rounded to bf16) and V packed as bf16 pairs along the
+ *             GEMM depth; keys read in place; the scale applied to S.
+ *   f16       gemm_f16f16 (FMLAL), when q and the keys are f16: the f32
+ *             route's layouts with f16 elements, keys and V read in place,
+ *             P rounded to f16; the scale applied to S.
+ */
+#ifndef MLA_COMMON_ATTENTION_ROUTE_H
+#define MLA_COMMON_ATTENTION_ROUTE_H
+
+#include "mla_backend.h"
+
+/* A run of consecutive key (or value) rows, `stride` elements apart in the
+ * tile's layout; `first` is the index of its first row in the tile. */
+typedef struct mla_key_run {
+    const void *rows;
+    int64_t count, first;
+} mla_key_run;
+
+/* The values product of one tile: O [ld][width] = alpha O + P^T V, with P
+ * the exp'd scores S [n][ld] and V's rows given as runs (alpha scales O
+ * once, on the first run; `ones` is alpha's all-ones twin for later runs). */
+typedef struct mla_attn_values {
+    int64_t ld, width, n;
+    float *s;
+    const mla_key_run *runs;
+    int64_t nruns, stride;
+    float *o;
+    const float *alpha, *ones;
+    float *scratch; /* mla_attn_route_scratch_floats floats */
+} mla_attn_values;
+
+typedef struct mla_attn_route {
+    const char *name;
+    /* the dtype q and the keys must have; MLA_DTYPE_F32 takes any (widened) */
+    mla_dtype dtype;
+    /* elements packed in pairs along the depth: widths and row strides must
+     * be multiples of this */
+    int64_t pair;
+    /* bytes of one packed query element */
+    int64_t q_elem;
+    /* the softmax scale is folded into the packed queries (else applied to
+     * the scores) */
+    bool q_scaled;
+    /* the backend's table has this route's kernel */
+    bool (*available)(const mla_kernels *k);
+    /* Puts query row r (d = l + rope values: `nope` then `pe`, q_dtype)
+     * into the packed queries qt (ld rows). row is d floats of scratch. */
+    void (*pack_q)(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
+                   int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
+                   float *row);
+    /* S[j][r] for n key rows (stride elements apart, d wide) in place:
+     * s + j * ld. */
+    void (*scores)(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
+                   int64_t stride, const void *qt, float *s);
+    void (*values)(const mla_kernels *k, const mla_attn_values *v);
+} mla_attn_route;
+
+/* The route for these operands: a half-precision route whose kernel k has
+ * and whose dtype q and the keys both have, else f32. width and stride are
+ * the key rows' (pair-packed routes need both even). */
+const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype,
+                                         mla_dtype key_dtype, int64_t width, int64_t stride);
+
+/* The backend's half-precision route (the first whose kernel k has), or
+ * NULL: what dispatch times at init. */
+const mla_attn_route *mla_attn_half_route(const mla_kernels *k);
+
+/* Floats of per-thread scratch the values product of any route needs for a
+ * tile of MLA_ATTN_TILE keys, ld query rows and `width` value columns
+ * (64-byte multiples). */
+int64_t mla_attn_route_scratch_floats(int64_t ld, int64_t width);
+
+/* Time of the f32 route's scores over `route`'s on the decode scores shape
+ * (64 keys x 128 rows x 576), measured on this CPU: > 1 when `route` is
+ * faster; 0 when it could not be measured. k's kernels must run here. */
+double mla_attn_route_speedup(const mla_kernels *k, const mla_attn_route *route);
+
+#endif
