@@ -54,9 +54,10 @@ isa_flags = $(strip \
   $(if $(findstring _neon_fp16.c,$1),-march=armv8.2-a+fp16fml) \
   $(if $(findstring _neon_bf16.c,$1),-march=armv8.6-a+bf16))
 
-TEST_SRCS := $(filter-out tests/oracle.c,$(wildcard tests/test_*.c))
+TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
-TEST_SUPPORT := $(wildcard tests/support.c tests/oracle.c)
+# every other tests/*.c is shared by the suites (support, oracles, case builders)
+TEST_SUPPORT := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 # mla_bench is every bench/*.c but mla_run.c and the FMA probes of other
 # architectures; bench/probe_<isa>.c gets src/kernels/<isa>/'s flags.
 ifeq ($(ARCH),x86_64)
