@@ -4,7 +4,7 @@
 #
 #   make                 build/libmla.a, build/libmla.so, build/mla.pc, tools
 #   make run             the main job (build/mla_run)
-#   make test            every cmocka suite (+ the exported-symbol check)
+#   make test            every cmocka suite (+ the exported-symbol and layer checks)
 #   make test-neon       the suites cross-compiled for AArch64, under qemu
 #   make install PREFIX=/usr/local
 #   make CC=clang        clang + libomp instead of gcc + libgomp
@@ -70,7 +70,7 @@ BENCH_OBJS := $(BENCH_SRCS:%.c=$(BUILD)/obj/%.o)
 BENCH_BINS := $(BUILD)/bench/mla_bench $(BUILD)/mla_run
 
 # ---- dependency check: one line naming the Debian packages ----------------
-NEEDS_DEPS := $(if $(MAKECMDGOALS),$(filter-out clean test-neon,$(MAKECMDGOALS)),all)
+NEEDS_DEPS := $(if $(MAKECMDGOALS),$(filter-out clean test-neon check-layers,$(MAKECMDGOALS)),all)
 have_header = $(shell printf '\043include <$1>\n' | $(CC) $(BASE_CFLAGS) -E -x c - >/dev/null 2>&1 && echo 1)
 ifneq ($(NEEDS_DEPS),)
 ifeq ($(call have_header,omp.h),)
@@ -92,13 +92,17 @@ COMPILER_ID := $(CC) $(CFLAGS) $(shell $(CC) --version 2>/dev/null | head -n 1)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(BUILD)/compiler 2>/dev/null)" = "$(COMPILER_ID)" ] || \
         echo "$(COMPILER_ID)" > $(BUILD)/compiler)
 
-.PHONY: all lib run test test-neon check-symbols install clean
+.PHONY: all lib run test test-neon check-symbols check-layers install clean
 all: lib $(BENCH_BINS)
 lib: $(BUILD)/libmla.a $(BUILD)/libmla.so $(BUILD)/mla.pc
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/kernels/*/*.h src/kernels/*.h) Makefile $(BUILD)/compiler
+# Each object records the headers it included (-MMD; -MP keeps a deleted
+# header from breaking the build), so a header change rebuilds its users only.
+$(BUILD)/obj/%.o: %.c Makefile $(BUILD)/compiler
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(call isa_flags,$<) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -MMD -MP $(call isa_flags,$<) -c $< -o $@
+
+-include $(LIB_OBJS:.o=.d) $(BENCH_OBJS:.o=.d)
 
 $(BUILD)/libmla.a: $(LIB_OBJS)
 	@rm -f $@
@@ -118,7 +122,9 @@ $(BUILD)/mla.pc: Makefile
 	  'Libs.private: $(LDLIBS)' > $@
 
 # Tools and tests link the static library, as servers do.
-$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(wildcard tests/*.h) $(BUILD)/libmla.a $(BUILD)/compiler
+# Suites and tools see the library through its public headers (and its
+# archive, which changes with every source the library has).
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(wildcard tests/*.h include/*.h) $(BUILD)/libmla.a $(BUILD)/compiler
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests $< $(TEST_SUPPORT) -o $@ $(BUILD)/libmla.a -lcmocka $(LDLIBS)
 
@@ -126,7 +132,7 @@ $(BUILD)/bench/mla_bench: $(BENCH_OBJS) $(BUILD)/libmla.a
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BENCH_OBJS) -o $@ $(BUILD)/libmla.a $(LDLIBS)
 
-$(BUILD)/mla_run: bench/mla_run.c $(BUILD)/libmla.a
+$(BUILD)/mla_run: bench/mla_run.c $(wildcard include/*.h) $(BUILD)/libmla.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< -o $@ $(BUILD)/libmla.a $(LDLIBS)
 
 run: $(BUILD)/mla_run
@@ -141,7 +147,11 @@ check-symbols: $(BUILD)/libmla.a $(BUILD)/libmla.so
 	 if [ -n "$$bad" ]; then echo "non-mla_ symbols exported by libmla.so: $$bad"; exit 1; fi
 	@echo "check-symbols: every exported symbol starts with mla_"
 
-test: $(TEST_BINS) check-symbols
+# The include graph runs strictly downward (src/README.md).
+check-layers:
+	@tools/check_layers.sh
+
+test: $(TEST_BINS) check-symbols check-layers
 	@failed=0; for t in $(TEST_BINS); do \
 	   echo "== $$t"; $(TEST_RUNNER) ./$$t || failed=$$((failed + 1)); \
 	 done; \
