@@ -1,18 +1,18 @@
 /*
  * Absorbed MLA decode driver. All H heads (times s_q query tokens) of a
  * request share one latent KV row per token, so decode is two GEMMs per tile
- * of TILE cache rows, run by the backend's gemm_f32 micro-kernel:
+ * of MLA_ATTN_TILE cache rows, run by the backend's gemm_f32 micro-kernel:
  *
  *   scores  S[j][r] = sum_d K[j][d] * Qt[d][r]      (m = rows of the tile)
  *   P.V     O[r][l] = alpha[r] * O[r][l] + sum_j P[j][r] * K[j][l]
  *
- * Query rows r = i*H + h are packed transposed and pre-scaled (Qt, [D][MB])
+ * Query rows r = i*H + h are packed transposed and pre-scaled (Qt, [D][mb])
  * so the scores come out with the query rows along the vector lanes, where
  * the online softmax (max, exp, sum) needs no horizontal reductions. Cache
  * rows are used in place when the cache is f32. Otherwise the scores GEMM
- * widens them to f32 CHUNK rows at a time just before it uses them, so they
- * are still in L1 (one conversion per row, shared by every query row), and
- * P.V reads the tile's widened rows. (Reading a bf16 cache in place with
+ * widens them to f32 MLA_ATTN_WIDEN_ROWS rows at a time just before it uses
+ * them, so they are still in L1 (one conversion per row, shared by every
+ * query row), and P.V reads the tile's widened rows. (Reading a bf16 cache in place with
  * gemm_bf16, which widens in registers, costs P.V 10-30% on Sapphire
  * Rapids, whose shifts and shuffles share ports with the FMAs.)
  *
@@ -42,15 +42,11 @@
 #include <omp.h>
 #include <string.h>
 
-#define TILE MLA_ATTN_TILE
-#define CHUNK MLA_ATTN_WIDEN_ROWS
-#define MAX_MB MLA_ATTN_MAX_ROWS
-
 typedef struct decode_shape {
     int64_t rows;      /* M = s_q * H query rows per request               */
     int64_t mblocks;   /* passes over the cache per segment                */
     int64_t mb_rows;   /* real rows per pass (the last may have fewer)     */
-    int64_t mb;        /* rows per pass padded to 16: Qt / S row length    */
+    int64_t mb;        /* rows per pass, padded: Qt / S row length         */
     int64_t d, l;      /* L + R, L                                         */
 } decode_shape;
 
@@ -63,7 +59,7 @@ static decode_shape shape_of(const mla_decode_args *a)
 {
     decode_shape s = {.rows = a->s_q * a->num_heads, .d = a->kv_lora_rank + a->rope_dim,
                       .l = a->kv_lora_rank};
-    s.mblocks = (s.rows + MAX_MB - 1) / MAX_MB;
+    s.mblocks = (s.rows + MLA_ATTN_MAX_ROWS - 1) / MLA_ATTN_MAX_ROWS;
     s.mb_rows = (s.rows + s.mblocks - 1) / s.mblocks;
     s.mb = mla_round_up(s.mb_rows, MLA_ATTN_ROW_MULTIPLE);
     return s;
@@ -76,9 +72,9 @@ static scratch_layout scratch_of(const decode_shape *s)
     int64_t at = 0, step = MLA_ALIGN / (int64_t)sizeof(float);
 #define PLACE(field, floats) x.field = at, at += mla_round_up(floats, step)
     PLACE(qt, s->d * s->mb);
-    PLACE(s, TILE * s->mb);
+    PLACE(s, MLA_ATTN_TILE * s->mb);
     PLACE(o, s->mb * s->l);
-    PLACE(kf, TILE * s->d);
+    PLACE(kf, MLA_ATTN_TILE * s->d);
     PLACE(qrow, s->d);
     PLACE(m, s->mb);
     PLACE(l, s->mb);
@@ -209,7 +205,7 @@ static bool rows_in_place(const decode_ctx *c)
 }
 
 /* S[j][r] for the tile's rows, run by run. Rows the GEMM cannot read in
- * place are widened into kf CHUNK at a time. */
+ * place are widened into kf MLA_ATTN_WIDEN_ROWS at a time. */
 static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs, int64_t nruns,
                         prefetch_cursor *pf)
 {
@@ -225,8 +221,9 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
                              sc + run->first * s->mb);
             continue;
         }
-        for (int64_t j = 0; j < run->count; j += CHUNK) {
-            int64_t n = run->count - j < CHUNK ? run->count - j : CHUNK;
+        for (int64_t j = 0; j < run->count; j += MLA_ATTN_WIDEN_ROWS) {
+            int64_t n = run->count - j;
+            n = n < MLA_ATTN_WIDEN_ROWS ? n : MLA_ATTN_WIDEN_ROWS;
             prefetch_rows(c, pf, n);
             float *rows = kf + (run->first + j) * s->d;
             widen_rows(c, rows, (const char *)run->rows + j * stride * c->elem_cache, n, stride);
@@ -291,7 +288,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
     const mla_decode_args *a = c->a;
     const decode_shape *s = &c->shape;
     float *sc = ws + c->x.s, *o = ws + c->x.o, *ones = ws + c->x.ones;
-    mla_key_run runs[TILE];
+    mla_key_run runs[MLA_ATTN_TILE];
     for (int64_t r = 0; r < s->mb; r++)
         ones[r] = 1.0f;
     for (int64_t pass = 0; pass < s->mblocks; pass++) {
@@ -305,10 +302,11 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
         end = end < t1 ? end : t1;
         pack_queries(c, ws, b, r0, nr);
         mla_attn_rows_start(&st, o, s->l);
-        for (int64_t t = t0; t < end; t += TILE) {
-            int64_t n = end - t < TILE ? end - t : TILE;
+        for (int64_t t = t0; t < end; t += MLA_ATTN_TILE) {
+            int64_t n = end - t < MLA_ATTN_TILE ? end - t : MLA_ATTN_TILE;
             int64_t nruns = split_tile(c, b, t, n, runs);
-            prefetch_cursor pf = {.b = b, .pos = t + n, .end = t + n + TILE < end ? t + n + TILE : end};
+            int64_t next_end = t + n + MLA_ATTN_TILE < end ? t + n + MLA_ATTN_TILE : end;
+            prefetch_cursor pf = {.b = b, .pos = t + n, .end = next_end};
             tile_scores(c, ws, runs, nruns, &pf);
             if (mla_attn_causal_straddles(&causal, t, n))
                 mla_attn_mask_tile(&causal, sc, s->mb, t, n, nr);
