@@ -3,7 +3,9 @@
  *
  * This header is the server's API: what an inference server calls. The
  * extension API (kernel tables, backend registration, the CPU-reader seam)
- * is mla_backend.h. Conventions:
+ * is mla_backend.h. A § cites docs/semantics.md, the behaviour libmla
+ * fixes (shapes, layouts, LSE and empty-row conventions, metadata).
+ * Conventions:
  *   - Every function that can fail returns mla_status; on failure
  *     mla_last_error() holds a thread-local message and nothing was written.
  *   - Memory is the caller's. Sizes are int64_t, counted in elements.
@@ -212,7 +214,7 @@ MLA_API mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int thre
 
 
 /* ------------------------------------------------------------------------ */
-/* Metadata builders (SPEC §2, §5.3). Pure C, no kernels; caller buffers.    */
+/* Metadata builders (§2, §5.3). Pure C, no kernels; caller buffers.        */
 /* Every builder validates all input before its first write.                */
 /* ------------------------------------------------------------------------ */
 
@@ -231,13 +233,13 @@ typedef struct mla_block_layout {
     int64_t kernel_block_size;  /* divides manager_block_size; id b expands to
                                    b*m .. b*m+m-1 with m = manager / kernel      */
     int64_t max_blocks_per_req; /* block_table columns, in kernel blocks          */
-    /* decode context parallelism (SPEC §2.3). Without it set world_size 1,
+    /* decode context parallelism (§2.3). Without it set world_size 1,
      * rank 0, interleave 1 (a zeroed struct is rejected); with it the
      * interleave must divide kernel_block_size. seq_lens stay global. */
     int64_t cp_world_size, cp_rank, cp_interleave;
 } mla_block_layout;
 
-/* Per-step common metadata (SPEC §2.1), written into caller buffers. */
+/* Per-step common metadata (§2.1), written into caller buffers. */
 typedef struct mla_batch_metadata {
     int32_t *query_start_loc; /* [B+1]                                           */
     int32_t *seq_lens;        /* [B]: computed + scheduled                       */
@@ -280,11 +282,11 @@ typedef struct mla_batch_split {
     int64_t num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens;
 } mla_batch_split;
 
-/* split_decodes_and_prefills (SPEC §2.4) over query_start_loc [B+1]. */
+/* split_decodes_and_prefills (§2.4) over query_start_loc [B+1]. */
 MLA_API mla_status mla_split_batch(const int32_t *query_start_loc, int64_t num_reqs,
                                    int64_t threshold, bool require_uniform, mla_batch_split *out);
 
-/* Chunked-prefill workspace rows W (SPEC §2.6): min(max(8*max_model_len,
+/* Chunked-prefill workspace rows W (§2.6): min(max(8*max_model_len,
  * 4*max_num_seqs*block_size), cap) then at least max_num_seqs*block_size.
  * cap <= 0 means vLLM's 65536. */
 MLA_API mla_status mla_chunk_workspace_tokens(int64_t max_model_len, int64_t max_num_seqs,
@@ -294,7 +296,7 @@ MLA_API mla_status mla_chunk_workspace_tokens(int64_t max_model_len, int64_t max
 MLA_API mla_status mla_chunk_workspace_bytes(int64_t tokens, int64_t width, mla_dtype dtype,
                                              int64_t *bytes, int64_t *alignment);
 
-/* A context-chunk plan for the prefills of a step (SPEC §2.6). */
+/* A context-chunk plan for the prefills of a step (§2.6). */
 typedef struct mla_chunk_plan mla_chunk_plan;
 
 /* What a plan holds. Arrays are owned by the plan. */
@@ -367,7 +369,7 @@ MLA_API mla_status mla_kv_cache_shape(int64_t num_blocks, int64_t block_size, in
                                       int64_t *alignment);
 
 /* ------------------------------------------------------------------------ */
-/* Paged latent KV cache ops (SPEC §3), through the MLA_OP_CONVERT backend   */
+/* Paged latent KV cache ops (§3), through the MLA_OP_CONVERT backend       */
 /* ------------------------------------------------------------------------ */
 
 /* One layer's paged cache [num_blocks, block_size, width]: row (blk, off)
@@ -384,7 +386,7 @@ typedef struct mla_kv_cache {
                     Finite and > 0; ignored for other dtypes. */
 } mla_kv_cache;
 
-/* concat_and_cache_mla (SPEC §3.1): for t < num_tokens with
+/* concat_and_cache_mla (§3.1): for t < num_tokens with
  * slot = slot_mapping[t] >= 0, row (slot / block_size, slot % block_size) of
  * the cache = [kv_c[t, 0:L], k_pe[t, 0:R]] converted to the cache dtype
  * (fp8: with the cache's scale). kv_c and k_pe have src_dtype (f32, bf16 or
@@ -411,7 +413,7 @@ typedef struct mla_gather_spec {
     const int32_t *seq_starts;
 } mla_gather_spec;
 
-/* gather_and_maybe_dequant_cache (SPEC §3.2): for each dst row
+/* gather_and_maybe_dequant_cache (§3.2): for each dst row
  * t < num_tokens, r = token_to_seq[t]; rows with t >= cu_seq_lens[r+1] are
  * skipped (left as they are); else pos = t - cu_seq_lens[r] + seq_starts[r]
  * and dst[t] = cache row (block_table[r][pos / bs], pos % bs) converted to
@@ -423,7 +425,7 @@ MLA_API mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_
                                     const int32_t *token_to_seq, int64_t num_tokens, void *dst,
                                     mla_dtype dst_dtype, int64_t dst_stride, int threads);
 
-/* cp_gather_cache (SPEC §3.3): rows cu_seq_lens[b] .. cu_seq_lens[b+1]-1 of
+/* cp_gather_cache (§3.3): rows cu_seq_lens[b] .. cu_seq_lens[b+1]-1 of
  * dst get positions seq_starts[b] + 0, 1, ... of request b, copied byte for
  * byte (dst has the cache dtype; row stride dst_stride elements).
  * cu_seq_lens must be non-decreasing from cu_seq_lens[0] >= 0. */
@@ -431,7 +433,7 @@ MLA_API mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gath
                                        void *dst, int64_t dst_stride, int threads);
 
 /* ------------------------------------------------------------------------ */
-/* Absorbed MLA decode (SPEC §1.3, §1.6, §5), through the MLA_OP_DECODE       */
+/* Absorbed MLA decode (§1.3, §1.6, §5), through the MLA_OP_DECODE           */
 /* backend                                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -449,7 +451,7 @@ typedef struct mla_decode_args {
     int64_t num_heads;    /* H >= 1                                         */
     int64_t kv_lora_rank; /* L >= 1                                         */
     int64_t rope_dim;     /* R >= 0; L + R = cache width                    */
-    float scale;          /* softmax scale on q.k (SPEC §1.4), finite       */
+    float scale;          /* softmax scale on q.k (§1.4), finite            */
     mla_dtype q_dtype;    /* f32, bf16 or f16; out has it too               */
     const void *q_nope;
     int64_t q_nope_token_stride, q_nope_head_stride;
@@ -484,7 +486,7 @@ MLA_API mla_status mla_decode_workspace_size(const mla_decode_args *args, int th
 MLA_API mla_status mla_decode(const mla_decode_args *args, void *workspace,
                               int64_t workspace_bytes, int threads);
 
-/* Weight preparation (SPEC §1.3): kv_b_proj [H*(P+V), L] (row-major, its
+/* Weight preparation (§1.3): kv_b_proj [H*(P+V), L] (row-major, its
  * dtype f32, bf16 or f16) -> w_uk_t [H, P, L] with w_uk_t[h][p][l] =
  * kv_b_proj[h*(P+V) + p][l], and w_uv [H, L, V] with w_uv[h][l][v] =
  * kv_b_proj[h*(P+V) + P + v][l], both dense in w_dtype (f32 or bf16). */
@@ -493,7 +495,7 @@ MLA_API mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtyp
                                        int64_t qk_nope_dim, int64_t v_head_dim, void *w_uk_t,
                                        void *w_uv, mla_dtype w_dtype, int threads);
 
-/* The absorbed decode forward (SPEC §1.6) for Td = B*s_q tokens:
+/* The absorbed decode forward (§1.6) for Td = B*s_q tokens:
  * ql_nope[t,h] = q_nope[t,h] . W_UK_T[h]; latent attention of (ql_nope,
  * q_pe) over the cache; out[t, h*V + v] = o_lat[t,h] . W_UV[h]. q (t, h, d)
  * for d < P + R is q[t*q_token_stride + h*q_head_stride + d] in

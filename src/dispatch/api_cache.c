@@ -1,4 +1,4 @@
-/* Public paged-cache ops (SPEC §3): check every argument and index -> pick the
+/* Public paged-cache ops (docs/semantics.md §3): check every argument and index -> pick the
  * MLA_OP_CONVERT backend -> run the driver. Nothing is written unless every
  * check passes. */
 #include "dispatch.h"

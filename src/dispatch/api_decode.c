@@ -1,4 +1,4 @@
-/* Public absorbed decode (SPEC §1.6, §5): check every argument and every
+/* Public absorbed decode (docs/semantics.md §1.6, §5): check every argument and every
  * block id the call will read -> build the split-KV schedule in the
  * workspace -> pick the MLA_OP_DECODE backend -> run the driver. */
 #include "checks.h"

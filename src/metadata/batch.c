@@ -1,5 +1,5 @@
 /*
- * Per-step batch metadata (SPEC §2.1-2.3) as vLLM builds it: query_start_loc
+ * Per-step batch metadata (docs/semantics.md §2.1-2.3) as vLLM builds it: query_start_loc
  * (prefix sums of the scheduled tokens), seq_lens (computed + scheduled),
  * positions, the block table (manager block ids expanded to kernel block ids,
  * unused entries 0) and the slot mapping of _compute_slot_mapping_kernel,
@@ -301,7 +301,7 @@ static void write_block_table(const mla_request *reqs, int64_t num_reqs, const g
     }
 }
 
-/* SPEC §2.3. Position p sits at offset off = p % span of virtual block
+/* docs/semantics.md §2.3. Position p sits at offset off = p % span of virtual block
  * blk = p / span; interleave-sized runs of that block go round-robin over the
  * ranks, and a rank packs its runs into its own kernel block. With one rank
  * this is block * bs + off. */

@@ -1,9 +1,9 @@
 /*
- * Chunked-context prefill metadata (SPEC §2.6): the workspace size vLLM's
+ * Chunked-context prefill metadata (docs/semantics.md §2.6): the workspace size vLLM's
  * determine_chunked_prefill_workspace_size picks, the bytes such a workspace
  * takes, and the context-chunk plan of MLACommonMetadataBuilder.build (starts,
  * chunk lengths, cu_seq_lens, per-chunk totals and maxima, token_to_seq), with
- * the chunk size M always rounded down to the block size (SPEC §8). A plan is
+ * the chunk size M always rounded down to the block size (docs/semantics.md §8). A plan is
  * one heap allocation holding its info and every array, plus, on request, a
  * separate 64-byte aligned workspace. Everything is validated before the
  * first allocation, so a failure leaves nothing behind.
@@ -313,7 +313,7 @@ mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *que
         .max_seq_lens = a.max_seq_lens,
         .token_to_seq = a.token_to_seq,
         .token_to_seq_stride = d.stride,
-        /* the with-context prefills come first (SPEC §2.4); vLLM does not check */
+        /* the with-context prefills come first (docs/semantics.md §2.4); vLLM does not check */
         .prefill_tokens_with_context = query_start_loc ? query_start_loc[d.n_ctx] : 0,
         .workspace = workspace,
         .workspace_tokens = workspace_tokens,

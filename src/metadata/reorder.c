@@ -1,5 +1,5 @@
 /*
- * Batch reordering and the decode/prefill split (SPEC §2.4), as vLLM's
+ * Batch reordering and the decode/prefill split (docs/semantics.md §2.4), as vLLM's
  * reorder_batch_to_split_decodes_and_prefills and split_decodes_and_prefills
  * do them. Reordering sorts requests into the regions decode, short_extend,
  * long_extend, prefill with the fewest moves and returns the permutation
@@ -110,7 +110,7 @@ static bool uniform_with_padding(const int32_t *qsl, int64_t num_reqs)
     return true;
 }
 
-/* Index of the first prefill, num_reqs when all are decodes (SPEC §2.4). */
+/* Index of the first prefill, num_reqs when all are decodes (docs/semantics.md §2.4). */
 static int64_t first_prefill(const int32_t *qsl, int64_t num_reqs, int64_t threshold,
                              bool require_uniform)
 {

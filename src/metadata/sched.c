@@ -1,5 +1,5 @@
 /*
- * Split-KV decode schedules (SPEC §5.3-5.5): which KV blocks of which
+ * Split-KV decode schedules (docs/semantics.md §5.3-5.5): which KV blocks of which
  * requests each of num_parts workers runs, and which partial-result slots each
  * request owns. Default mode is FlashMLA's tile scheduler, step for step: every
  * request costs its blocks plus a fixed overhead, each part gets an equal

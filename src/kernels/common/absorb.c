@@ -1,5 +1,5 @@
 /*
- * The W_UK / W_UV absorption around the latent attention (SPEC §1.3, §1.6):
+ * The W_UK / W_UV absorption around the latent attention (docs/semantics.md §1.3, §1.6):
  * weight re-layout, and the per-head batched GEMMs on the backend's gemm
  * kernels (f32 weights through gemm_f32, bf16 weights through gemm_bf16,
  * which widens them in registers). Heads are independent, so OpenMP splits

@@ -1,4 +1,4 @@
-/* Drivers of the weight absorption around the decode (SPEC §1.3, §1.6).
+/* Drivers of the weight absorption around the decode (docs/semantics.md §1.3, §1.6).
  * Arguments arrive checked (src/dispatch/api_decode.c). */
 #ifndef MLA_COMMON_ABSORB_H
 #define MLA_COMMON_ABSORB_H

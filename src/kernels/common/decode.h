@@ -1,4 +1,4 @@
-/* Driver of the absorbed latent-attention decode (SPEC §1.6, §5): split-KV
+/* Driver of the absorbed latent-attention decode (docs/semantics.md §1.6, §5): split-KV
  * parts over OpenMP threads, heads tiled so each cache row loaded serves all
  * query rows of a tile, online softmax, LSE combine. Arguments arrive checked
  * (src/dispatch/api_decode.c), the cache strides resolved. */
