@@ -41,11 +41,17 @@ static void values_f32(const mla_kernels *k, const mla_attn_values *v)
                     v->runs[q].rows, v->stride, v->o, v->width, q == 0 ? v->alpha : v->ones);
 }
 
-/* ---- half precision: the raw q element d of a row ------------------------- */
+/* ---- half precision: q packed raw ------------------------------------------ */
 
-static uint16_t q_half(const void *nope, int64_t l, const void *pe, int64_t d)
+/* Query row r as raw 16-bit values, `pair` consecutive d per row in Qt:
+ * element d at qt[(d / pair) * pair * ld + pair * r + d % pair] (pair 1:
+ * Qt[d][r]; pair 2: bf16 pairs along d). */
+static void pack_q_raw(uint16_t *qt, int64_t ld, int64_t r, const void *nope, int64_t l,
+                       const void *pe, int64_t rope, int64_t pair)
 {
-    return d < l ? ((const uint16_t *)nope)[d] : ((const uint16_t *)pe)[d - l];
+    for (int64_t d = 0; d < l + rope; d++)
+        qt[(d / pair) * pair * ld + pair * r + d % pair] =
+            d < l ? ((const uint16_t *)nope)[d] : ((const uint16_t *)pe)[d - l];
 }
 
 /* ---- bf16 dot --------------------------------------------------------------- */
@@ -55,15 +61,12 @@ static bool has_bf16dot(const mla_kernels *k)
     return k->gemm_bf16dot != NULL;
 }
 
-/* Pair (d/2, r) of Qt at qt[(d/2) * 2 * ld + 2r]. */
 static void pack_q_bf16dot(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
                            int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
                            float *row)
 {
     (void)k, (void)q_dtype, (void)scale, (void)row;
-    uint16_t *q = qt;
-    for (int64_t d = 0; d < l + rope; d++)
-        q[(d / 2) * 2 * ld + 2 * r + d % 2] = q_half(nope, l, pe, d);
+    pack_q_raw(qt, ld, r, nope, l, pe, rope, 2);
 }
 
 static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
@@ -115,15 +118,12 @@ static bool has_f16f16(const mla_kernels *k)
     return k->gemm_f16f16 != NULL;
 }
 
-/* Qt[d][r] = q[d] in f16. */
 static void pack_q_f16(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
                        int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
                        float *row)
 {
     (void)k, (void)q_dtype, (void)scale, (void)row;
-    uint16_t *q = qt;
-    for (int64_t d = 0; d < l + rope; d++)
-        q[d * ld + r] = q_half(nope, l, pe, d);
+    pack_q_raw(qt, ld, r, nope, l, pe, rope, 1);
 }
 
 static void scores_f16(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
