@@ -207,9 +207,9 @@ MLA_API mla_status mla_select_backend(mla_op op, const mla_config *cfg,
                                       const mla_backend_desc **out);
 
 /* The attention route the named backend takes for cfg (decode now, prefill
- * next): "f32" (gemm_f32 on f32 or widened operands), "bf16 dot"
+ * next): "f32" (gemm_f32 on f32 or widened operands), "bf16-dot"
  * (gemm_bf16dot, when q and the cache are bf16) or "f16" (gemm_f16f16, when
- * both are f16). NULL for an unknown name. */
+ * both are f16). NULL for an unknown name or a NULL cfg. */
 MLA_API const char *mla_backend_route(const char *name, const mla_config *cfg);
 
 /* Add a backend (MLA_ERR_ALREADY_EXISTS if the name is taken), or replace an

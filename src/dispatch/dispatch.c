@@ -29,12 +29,12 @@ typedef struct registry_entry {
     mla_backend_desc desc; /* desc.name / desc.isa point into the arrays below */
     char name[NAME_LEN];
     char isa[NAME_LEN];
-    /* the backend has a half-precision route (bf16 dot or f16) that measured
-     * slower here than its f32 route: auto-selection passes it over for the
-     * attention ops (where the route is all it is for); forcing it still
-     * works */
-    bool route_slower;
-    double route_speedup;
+    /* per half-precision route (mla_attn_half_routes): its time against
+     * the backend's f32 route on this CPU, 0 when not timed (the table lacks
+     * its kernel, or this CPU cannot run the backend). Auto-selection passes
+     * over a backend for an attention config that would take a route timed
+     * slower (< 1); forcing it still works. */
+    double route_speedup[MLA_ATTN_HALF_ROUTES];
 } registry_entry;
 
 static const char *const op_env[MLA_OP_COUNT] = {
@@ -127,13 +127,33 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
         if (!*kernel && !kernel_slots[i].route)
             *kernel = mla_kernel_get(&ref, &kernel_slots[i]);
     }
-    e->route_slower = false;
-    e->route_speedup = 0.0;
-    const mla_attn_route *half = mla_attn_half_route(&e->desc.kernels);
-    if (half && (desc->required_caps & ~(g.detected & g.real)) == 0) {
-        e->route_speedup = mla_attn_route_speedup(&e->desc.kernels, half);
-        e->route_slower = e->route_speedup < 1.0;
-    }
+    int routes;
+    const mla_attn_route *half = mla_attn_half_routes(&routes);
+    bool runs_here = (desc->required_caps & ~(g.detected & g.real)) == 0;
+    for (int i = 0; i < routes; i++)
+        e->route_speedup[i] = runs_here && half[i].available(&e->desc.kernels)
+                                  ? mla_attn_route_speedup(&e->desc.kernels, &half[i])
+                                  : 0.0;
+}
+
+/* The attention route a table takes for cfg (a dense cache: its row
+ * stride is its width). */
+static const mla_attn_route *config_route(const mla_kernels *k, const mla_config *cfg)
+{
+    int64_t width = cfg->kv_lora_rank + cfg->rope_dim;
+    return mla_attn_route_for(k, cfg->q_dtype, cfg->cache_dtype, width, width);
+}
+
+/* The speedup timed for `route` in the entry; 0 for the f32 route or an
+ * untimed one. */
+static double route_speedup(const registry_entry *e, const mla_attn_route *route)
+{
+    int routes;
+    const mla_attn_route *half = mla_attn_half_routes(&routes);
+    for (int i = 0; i < routes; i++)
+        if (route == &half[i])
+            return e->route_speedup[i];
+    return 0.0;
 }
 
 /* A descriptor points at its entry's own name and isa arrays, so entries
@@ -302,10 +322,13 @@ static void log_state(void)
         join_reasons(&r, why, sizeof why);
         log_line("backend %-12s %s%s", g.registry[i].name, r.count ? "unavailable: " : "available",
                  why);
-        if (g.registry[i].route_speedup > 0.0)
-            log_line("backend %-12s %s route %.2fx its f32 route%s", g.registry[i].name,
-                     mla_attn_half_route(&g.registry[i].desc.kernels)->name, g.registry[i].route_speedup,
-                     g.registry[i].route_slower ? ": not auto-selected for attention" : "");
+        int routes;
+        const mla_attn_route *half = mla_attn_half_routes(&routes);
+        for (int j = 0; j < routes; j++)
+            if (g.registry[i].route_speedup[j] > 0.0)
+                log_line("backend %-12s %s route %.2fx its f32 route%s", g.registry[i].name,
+                         half[j].name, g.registry[i].route_speedup[j],
+                         g.registry[i].route_speedup[j] < 1.0 ? ": not auto-selected for it" : "");
     }
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const mla_backend_desc *b = NULL;
@@ -500,9 +523,13 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode
     why[0] = '\0';
     for (int i = 0; i < g.count; i++) {
         collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
-        if (cfg && op != MLA_OP_CONVERT && g.registry[i].route_slower)
-            add_reason(&r, "its %s route measured %.2fx its f32 route on this cpu",
-                       mla_attn_half_route(&g.registry[i].desc.kernels)->name, g.registry[i].route_speedup);
+        if (cfg && op != MLA_OP_CONVERT) {
+            const mla_attn_route *route = config_route(&g.registry[i].desc.kernels, cfg);
+            double speedup = route_speedup(&g.registry[i], route);
+            if (speedup > 0.0 && speedup < 1.0)
+                add_reason(&r, "its %s route measured %.2fx its f32 route on this cpu",
+                           route->name, speedup);
+        }
         if (r.count == 0) {
             *out = &g.registry[i].desc;
             return MLA_OK;
@@ -599,10 +626,7 @@ mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
 const char *mla_backend_route(const char *name, const mla_config *cfg)
 {
     const mla_backend_desc *b = mla_backend_find(name);
-    if (!b || !cfg)
-        return NULL;
-    int64_t width = cfg->kv_lora_rank + cfg->rope_dim; /* a dense cache's row stride too */
-    return mla_attn_route_for(&b->kernels, cfg->q_dtype, cfg->cache_dtype, width, width)->name;
+    return b && cfg ? config_route(&b->kernels, cfg)->name : NULL;
 }
 
 /* ---- per-call dispatch ---------------------------------------------------- */

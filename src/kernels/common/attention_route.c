@@ -176,12 +176,12 @@ const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype
     return &route_f32;
 }
 
-const mla_attn_route *mla_attn_half_route(const mla_kernels *k)
+_Static_assert(HALF_ROUTES == MLA_ATTN_HALF_ROUTES, "MLA_ATTN_HALF_ROUTES counts half_routes[]");
+
+const mla_attn_route *mla_attn_half_routes(int *count)
 {
-    for (int i = 0; i < HALF_ROUTES; i++)
-        if (half_routes[i].available(k))
-            return &half_routes[i];
-    return NULL;
+    *count = HALF_ROUTES;
+    return half_routes;
 }
 
 int64_t mla_attn_route_scratch_floats(int64_t ld, int64_t width)

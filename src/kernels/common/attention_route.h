@@ -71,9 +71,11 @@ typedef struct mla_attn_route {
 const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype,
                                          mla_dtype key_dtype, int64_t width, int64_t stride);
 
-/* The backend's half-precision route (the first whose kernel k has), or
- * NULL: what dispatch times at init. */
-const mla_attn_route *mla_attn_half_route(const mla_kernels *k);
+/* The half-precision routes, in the order mla_attn_route_for tries them
+ * (*count gets MLA_ATTN_HALF_ROUTES): what dispatch times at init for each
+ * backend whose table has their kernel. */
+#define MLA_ATTN_HALF_ROUTES 2
+const mla_attn_route *mla_attn_half_routes(int *count);
 
 /* Floats of per-thread scratch the values product of any route needs for a
  * tile of MLA_ATTN_TILE keys, ld query rows and `width` value columns
