@@ -92,17 +92,55 @@ bool support_contains(const char *text, const char *needle)
     return false;
 }
 
-bool support_force_convert_backend(int i)
+/* Prints the skip line, once per backend and first reason: a sweep over
+ * many configs would repeat "cpu lacks avx512f" for every one. */
+static void note_skip(const char *backend, const mla_reasons *why)
 {
-    const mla_backend_desc *b = mla_backend_at(i);
-    mla_reasons why;
-    assert_int_equal(mla_backend_validate(b->name, MLA_OP_CONVERT, NULL, &why), MLA_OK);
-    if (why.count > 0) {
-        print_message("[ SKIPPED  ] backend %s: %s\n", b->name, why.text[0]);
-        return false;
+    enum { MAX_SEEN = 64 };
+    static char seen[MAX_SEEN][MLA_REASON_LEN + 32];
+    static int n_seen;
+    char key[MLA_REASON_LEN + 32];
+    snprintf(key, sizeof key, "%s: %s", backend, why->text[0]);
+    for (int i = 0; i < n_seen; i++)
+        if (strcmp(seen[i], key) == 0)
+            return;
+    if (n_seen < MAX_SEEN)
+        strcpy(seen[n_seen++], key);
+    char line[MLA_MAX_REASONS * (MLA_REASON_LEN + 2)];
+    size_t len = 0;
+    for (int i = 0; i < why->count && len < sizeof line; i++)
+        len += (size_t)snprintf(line + len, sizeof line - len, "%s%s", i ? "; " : "",
+                                why->text[i]);
+    print_message("[ SKIPPED  ] backend %s: %s\n", backend, line);
+}
+
+int support_each_backend(mla_op op, const mla_config *cfg,
+                         void (*run)(const mla_backend_desc *b, void *ctx), void *ctx)
+{
+    int ran = 0;
+    for (int i = 0; i < mla_backend_count(); i++) {
+        const mla_backend_desc *b = mla_backend_at(i);
+        mla_reasons why;
+        assert_int_equal(mla_backend_validate(b->name, op, cfg, &why), MLA_OK);
+        if (why.count > 0) {
+            note_skip(b->name, &why);
+            continue;
+        }
+        mla_status st = mla_force_backend(op, b->name);
+        if (st != MLA_OK)
+            fail_msg("mla_force_backend(%s, %s): %s: %s", mla_op_name(op), b->name,
+                     mla_status_str(st), mla_last_error());
+        run(b, ctx);
+        ran++;
     }
-    assert_int_equal(mla_force_backend(MLA_OP_CONVERT, b->name), MLA_OK);
-    return true;
+    assert_int_equal(mla_force_backend(op, NULL), MLA_OK);
+    return ran;
+}
+
+void support_expect_ran(const mla_backend_desc *b)
+{
+    if (strcmp(mla_last_backend(), b->name) != 0)
+        fail_msg("forced backend %s, but %s ran", b->name, mla_last_backend());
 }
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;

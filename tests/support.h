@@ -35,9 +35,20 @@ uint64_t support_random(void);
 /* Uniform in [lo, hi] (hi - lo small against 2^64). */
 int64_t support_random_in(int64_t lo, int64_t hi);
 
-/* Forces MLA_OP_CONVERT onto backend i; returns false, printing why, if it
- * cannot run on this CPU (the caller skips it). */
-bool support_force_convert_backend(int i);
+/* Runs run(b, ctx) once per backend b that this CPU can run `op` on for cfg
+ * (NULL: the CPU and op checks only), in priority order, with `op` forced
+ * onto b, so that a case gets every kernel set the machine has. Each backend
+ * it passes over gets a [ SKIPPED  ] line naming it and the reasons
+ * mla_backend_validate gives for cfg (once per backend and first reason in
+ * a process, so sweeps over many configs stay readable). Auto-selection is
+ * restored afterwards.
+ * Returns the number of backends run: callers that need one assert it. */
+int support_each_backend(mla_op op, const mla_config *cfg,
+                         void (*run)(const mla_backend_desc *b, void *ctx), void *ctx);
+
+/* Fails unless b is the backend whose kernels ran the thread's last op: a
+ * forced backend must not be quietly replaced. */
+void support_expect_ran(const mla_backend_desc *b);
 
 /* GEMM outputs in the kernel tests: C's m rows (ldc apart) sit in a buffer
  * of c_len floats, starting SUPPORT_C_GUARD elements in; every element

@@ -49,8 +49,6 @@ static float *boundary_inputs(const format16 *f, int64_t *count)
 
 /* ---- conversions on every backend ----------------------------------------- */
 
-static int checked_backends;
-
 static void check_narrow(const format16 *f, const char *backend)
 {
     int64_t n;
@@ -277,30 +275,29 @@ static void check_exp(const char *backend)
     free(x);
 }
 
+static void check_backend(const mla_backend_desc *backend, void *ctx)
+{
+    (void)ctx;
+    const char *name = backend->name;
+    check_widen(&ORACLE_BF16, name);
+    check_widen(&ORACLE_F16, name);
+    check_narrow(&ORACLE_BF16, name);
+    check_narrow(&ORACLE_F16, name);
+    check_tails(&ORACLE_BF16, name);
+    check_tails(&ORACLE_F16, name);
+    check_fp8(&ORACLE_E4M3, name);
+    check_fp8(&ORACLE_E5M2, name);
+    check_fp8_tails(&ORACLE_E4M3, name);
+    check_fp8_tails(&ORACLE_E5M2, name);
+    check_exp(name);
+    print_message("[ BACKEND  ] %s: bf16/f16/fp8 conversions bit-exact, exp within 1 ulp\n", name);
+}
+
 static void test_every_backend(void **state)
 {
     (void)state;
-    checked_backends = 0;
-    for (int i = 0; i < mla_backend_count(); i++) {
-        if (!support_force_convert_backend(i))
-            continue;
-        const char *name = mla_backend_at(i)->name;
-        check_widen(&ORACLE_BF16, name);
-        check_widen(&ORACLE_F16, name);
-        check_narrow(&ORACLE_BF16, name);
-        check_narrow(&ORACLE_F16, name);
-        check_tails(&ORACLE_BF16, name);
-        check_tails(&ORACLE_F16, name);
-        check_fp8(&ORACLE_E4M3, name);
-        check_fp8(&ORACLE_E5M2, name);
-        check_fp8_tails(&ORACLE_E4M3, name);
-        check_fp8_tails(&ORACLE_E5M2, name);
-        check_exp(name);
-        checked_backends++;
-        print_message("[ BACKEND  ] %s: bf16/f16/fp8 conversions bit-exact, exp within 1 ulp\n", name);
-    }
-    mla_force_backend(MLA_OP_CONVERT, NULL);
-    assert_true(checked_backends >= 1); /* ref always runs */
+    /* ref always runs */
+    assert_true(support_each_backend(MLA_OP_CONVERT, NULL, check_backend, NULL) >= 1);
 }
 
 /* ---- bad input -------------------------------------------------------------- */

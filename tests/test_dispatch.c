@@ -208,6 +208,37 @@ static void test_validate_reasons(void **state)
     assert_int_equal(mla_backend_validate("ref", MLA_OP_DECODE, &cfg, &why), MLA_ERR_INVALID_ARGUMENT);
 }
 
+/* The route a backend's table gives a config: its bf16 dot-product GEMM for
+ * bf16 q with a bf16 cache, its f16 GEMM for f16 with f16, else f32. */
+static void test_backend_route(void **state)
+{
+    (void)state;
+    mla_config f32q = mla_config_default(); /* f32 q, bf16 cache */
+    mla_config bf16 = f32q, f16 = f32q, mixed = f32q;
+    bf16.q_dtype = bf16.cache_dtype = MLA_DTYPE_BF16;
+    f16.q_dtype = f16.cache_dtype = MLA_DTYPE_F16;
+    mixed.q_dtype = MLA_DTYPE_BF16;
+    mixed.cache_dtype = MLA_DTYPE_F16;
+    for (int i = 0; i < mla_backend_count(); i++) {
+        const mla_backend_desc *b = mla_backend_at(i);
+        assert_string_equal(mla_backend_route(b->name, &bf16),
+                            b->kernels.gemm_bf16dot ? "bf16-dot" : "f32");
+        assert_string_equal(mla_backend_route(b->name, &f16),
+                            b->kernels.gemm_f16f16 ? "f16" : "f32");
+        assert_string_equal(mla_backend_route(b->name, &f32q), "f32");
+        assert_string_equal(mla_backend_route(b->name, &mixed), "f32");
+    }
+#if defined(__x86_64__)
+    assert_string_equal(mla_backend_route("avx512_bf16", &bf16), "bf16-dot");
+#elif defined(__aarch64__)
+    assert_string_equal(mla_backend_route("neon_bf16", &bf16), "bf16-dot");
+    assert_string_equal(mla_backend_route("neon_fp16", &f16), "f16");
+#endif
+    assert_string_equal(mla_backend_route("ref", &bf16), "f32");
+    assert_null(mla_backend_route("nope", &bf16));
+    assert_null(mla_backend_route("ref", NULL));
+}
+
 /* ---- environment ---------------------------------------------------------- */
 
 static void test_env_max_isa(void **state)
@@ -593,6 +624,7 @@ int main(void)
         cmocka_unit_test_setup(test_registry_in_priority_order, reset_state),
         cmocka_unit_test_setup(test_selection_per_cpu, reset_state),
         cmocka_unit_test_setup(test_validate_reasons, reset_state),
+        cmocka_unit_test_setup(test_backend_route, reset_state),
         cmocka_unit_test_setup(test_env_max_isa, reset_state),
         cmocka_unit_test_setup(test_env_forced_backend, reset_state),
         cmocka_unit_test_setup(test_env_unknown_backend, reset_state),

@@ -209,24 +209,22 @@ static void check_same(const char *backend, const gemm_case *g, const operands *
     support_expect_c(backend, what, g->m, g->n, o->ldc, o->c_len, want, got);
 }
 
-static int runnable[16], num_runnable;
+static const mla_backend_desc *runnable[16];
+static int num_runnable;
+
+static void note_runnable(const mla_backend_desc *b, void *ctx)
+{
+    (void)ctx;
+    if (strcmp(b->name, "ref") != 0 && num_runnable < 16)
+        runnable[num_runnable++] = b;
+}
 
 /* The backends this CPU can run, other than ref (whose kernels are the
  * expected values). */
 static void find_backends(void)
 {
     num_runnable = 0;
-    for (int i = 0; i < mla_backend_count(); i++) {
-        const mla_backend_desc *b = mla_backend_at(i);
-        mla_reasons why;
-        assert_int_equal(mla_backend_validate(b->name, MLA_OP_DECODE, NULL, &why), MLA_OK);
-        if (why.count > 0) {
-            print_message("[ SKIPPED  ] backend %s: %s\n", b->name, why.text[0]);
-            continue;
-        }
-        if (strcmp(b->name, "ref") != 0 && num_runnable < 16)
-            runnable[num_runnable++] = i;
-    }
+    support_each_backend(MLA_OP_DECODE, NULL, note_runnable, NULL);
 }
 
 static void check_case(const gemm_case *g, bool check_ref)
@@ -243,7 +241,7 @@ static void check_case(const gemm_case *g, bool check_ref)
     if (g->kind == F16F16)
         check_f16_twin_is_widened_f32(g, &o, want);
     for (int r = 0; r < num_runnable; r++) {
-        const mla_backend_desc *b = mla_backend_at(runnable[r]);
+        const mla_backend_desc *b = runnable[r];
         if (g->kind == F16F16 && !b->kernels.gemm_f16f16)
             continue;
         float *got = run(&b->kernels, g, &o);
@@ -283,8 +281,7 @@ static void test_edges(void **state)
     }
     for (int r = 0; r < num_runnable; r++)
         print_message("[ BACKEND  ] %s: gemm_f32, gemm_bf16%s bit-exact with ref on 600 edge shapes\n",
-                      mla_backend_at(runnable[r])->name,
-                      mla_backend_at(runnable[r])->kernels.gemm_f16f16 ? ", gemm_f16f16" : "");
+                      runnable[r]->name, runnable[r]->kernels.gemm_f16f16 ? ", gemm_f16f16" : "");
 }
 
 /* Every (m, n) up to two or more tiles each way, at a k that crosses a k
