@@ -42,7 +42,7 @@ LIB_SRCS := $(CORE_SRCS) $(ISA_SRCS)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
 # Per-folder ISA flags; files named *_avx512_bf16.c, *_avx512_fp16.c, *_avx512_amx.c,
-# *_neon_fp16.c (FP16 + FHM), *_neon_bf16.c add their extension and nothing more.
+# *_neon_fhm.c (FP16 + FHM), *_neon_bf16.c add their extension and nothing more.
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 isa_flags = $(strip \
@@ -51,7 +51,7 @@ isa_flags = $(strip \
   $(if $(findstring _avx512_bf16.c,$1),-mavx512bf16) \
   $(if $(findstring _avx512_fp16.c,$1),-mavx512fp16) \
   $(if $(findstring _avx512_amx.c,$1),-mamx-tile -mamx-bf16) \
-  $(if $(findstring _neon_fp16.c,$1),-march=armv8.2-a+fp16fml) \
+  $(if $(findstring _neon_fhm.c,$1),-march=armv8.2-a+fp16fml) \
   $(if $(findstring _neon_bf16.c,$1),-march=armv8.6-a+bf16))
 
 TEST_SRCS := $(wildcard tests/test_*.c)

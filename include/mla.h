@@ -99,12 +99,14 @@ typedef enum mla_cap {
     MLA_CAP_AVX512_FP16 = 1u << 9,
     MLA_CAP_AMX_TILE = 1u << 10,
     MLA_CAP_AMX_BF16 = 1u << 11,
-    /* AArch64 */
-    MLA_CAP_ASIMD = 1u << 16,
-    MLA_CAP_ASIMD_FP16 = 1u << 17, /* FP16 arithmetic (FEAT_FP16)        */
-    MLA_CAP_BF16 = 1u << 18,       /* BFDOT/BFMMLA/BFCVT (FEAT_BF16)     */
+    /* AArch64: Advanced SIMD is spelled "neon" everywhere in libmla (caps,
+     * backends, kernel suffixes), and a backend that adds one extension is
+     * named after its capability (neon_bf16, neon_fhm) */
+    MLA_CAP_NEON = 1u << 16,      /* Advanced SIMD (HWCAP_ASIMD)        */
+    MLA_CAP_NEON_FP16 = 1u << 17, /* FP16 arithmetic (FEAT_FP16)        */
+    MLA_CAP_NEON_BF16 = 1u << 18, /* BFDOT/BFMMLA/BFCVT (FEAT_BF16)     */
     MLA_CAP_SVE = 1u << 19,
-    MLA_CAP_ASIMD_FHM = 1u << 20,  /* FMLAL/FMLSL (FEAT_FHM)             */
+    MLA_CAP_NEON_FHM = 1u << 20,  /* FMLAL/FMLSL (FEAT_FHM)             */
 } mla_cap;
 
 typedef uint32_t mla_caps; /* a set of mla_cap bits */

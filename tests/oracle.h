@@ -70,7 +70,7 @@ float oracle_load_table(mla_dtype dtype, const void *array, int64_t i, float sca
 /* Element offset of cache row (blk, off), resolving 0 strides to dense. */
 int64_t oracle_cache_row(const mla_kv_cache *cache, int64_t blk, int64_t off);
 
-/* Latent decode (SPEC §1.6 step 4, §5.2, §8) the plain way: for token
+/* Latent decode (docs/semantics.md §1.6 step 4, §5.2, §8) the plain way: for token
  * t = b*s_q + i and head h, logits scale * <q(t,h,:), row_j> over the cache
  * rows j <= seq_lens[b] - s_q + i of request b as stored (dequantized with
  * the fp8 scale), softmax, o = sum_j p_j row_j[0:L]. q is read through a's
@@ -79,7 +79,7 @@ int64_t oracle_cache_row(const mla_kv_cache *cache, int64_t blk, int64_t off);
  * a row that sees no key gets 0 and -inf. */
 void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse);
 
-/* The non-absorbed MLA of SPEC §1.7 item 7 for the decode tokens of f:
+/* The non-absorbed MLA of docs/semantics.md §1.7 item 7 for the decode tokens of f:
  * k_nope[j,h] = W_k[h] c_j and v[j,h] = W_v[h] c_j up-projected from each
  * cache row's latent c_j = row_j[0:L] with kv_b_proj [H*(P+V), L] (f32,
  * row-major: rows h*(P+V) .. +P-1 are W_k[h], the next V rows W_v[h]);

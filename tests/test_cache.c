@@ -1,5 +1,5 @@
 /*
- * Paged-cache ops (SPEC §3) on every backend this CPU can run, forced in
+ * Paged-cache ops (docs/semantics.md §3) on every backend this CPU can run, forced in
  * turn: concat_and_cache, gather_and_maybe_dequant and cp_gather for every
  * dtype pair, block sizes that straddle vector widths, dense and strided
  * layouts, 1 and 2 threads. Expected bytes come from the number-format
@@ -202,7 +202,7 @@ static void free_gather(gather_case *g)
     free(g->token_to_seq);
 }
 
-/* Cache element offset of row t of request r (the plain SPEC §3.2 mapping). */
+/* Cache element offset of row t of request r (the plain docs/semantics.md §3.2 mapping). */
 static int64_t source_row(const test_cache *t, const gather_case *g, int64_t r, int64_t row)
 {
     int64_t pos = row - g->cu_seq_lens[r] + (g->spec.seq_starts ? g->seq_starts[r] : 0);

@@ -1,5 +1,5 @@
 /*
- * mla_decode (SPEC §1.3, §5, §8) on every backend this CPU can run, forced
+ * mla_decode (docs/semantics.md §1.3, §5, §8) on every backend this CPU can run, forced
  * in turn, against a double-precision latent oracle (oracle_decode_latent:
  * plain loops over the cache rows as stored): every q dtype with every cache
  * dtype, MTP (s_q > 1, causal), q in the layouts callers use, split-KV

@@ -1,8 +1,8 @@
 /*
- * The absorbed decode forward (SPEC §1.3, §1.6):
+ * The absorbed decode forward (docs/semantics.md §1.3, §1.6):
  *   - mla_prepare_weights bit for bit against the plain index mapping;
  *   - mla_decode_forward on every backend this CPU can run, forced in turn,
- *     against the non-absorbed oracle of SPEC §1.7 item 7
+ *     against the non-absorbed oracle of docs/semantics.md §1.7 item 7
  *     (oracle_decode_mha: k_nope and v up-projected per head, plain
  *     attention), so the absorption identities are tested too.
  * The case builder and the tolerances: decode_cases.h.

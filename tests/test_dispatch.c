@@ -74,7 +74,7 @@ static void test_decode_graviton3(void **state)
 {
     (void)state;
     assert_int_equal(mla_cpu_caps_decode(&support_cpu_graviton3),
-                     MLA_CAP_ASIMD | MLA_CAP_ASIMD_FP16 | MLA_CAP_BF16 | MLA_CAP_SVE | MLA_CAP_ASIMD_FHM);
+                     MLA_CAP_NEON | MLA_CAP_NEON_FP16 | MLA_CAP_NEON_BF16 | MLA_CAP_SVE | MLA_CAP_NEON_FHM);
 }
 
 static void test_cap_names(void **state)
@@ -82,7 +82,7 @@ static void test_cap_names(void **state)
     (void)state;
     char buf[256];
     size_t need = mla_caps_format(mla_cpu_caps_decode(&support_cpu_graviton3), buf, sizeof buf);
-    assert_string_equal(buf, "asimd asimd_fp16 bf16 sve asimd_fhm");
+    assert_string_equal(buf, "neon neon_fp16 neon_bf16 sve neon_fhm");
     assert_int_equal(need, strlen(buf));
     char tiny[6];
     assert_int_equal(mla_caps_format(MLA_CAP_AVX2 | MLA_CAP_FMA, tiny, sizeof tiny), strlen("avx2 fma"));
@@ -160,7 +160,7 @@ static void test_selection_per_cpu(void **state)
         const mla_config *cfg;
         const char *backend;
         mla_cap cap;
-    } half[] = {{&bf16q, "neon_bf16", MLA_CAP_BF16}, {&f16, "neon_fp16", MLA_CAP_ASIMD_FHM}};
+    } half[] = {{&bf16q, "neon_bf16", MLA_CAP_NEON_BF16}, {&f16, "neon_fhm", MLA_CAP_NEON_FHM}};
     for (int i = 0; i < 2; i++) {
         const char *choice = selected(MLA_OP_DECODE, half[i].cfg);
         if (strcmp(choice, half[i].backend) != 0) {
@@ -232,7 +232,7 @@ static void test_backend_route(void **state)
     assert_string_equal(mla_backend_route("avx512_bf16", &bf16), "bf16-dot");
 #elif defined(__aarch64__)
     assert_string_equal(mla_backend_route("neon_bf16", &bf16), "bf16-dot");
-    assert_string_equal(mla_backend_route("neon_fp16", &f16), "f16");
+    assert_string_equal(mla_backend_route("neon_fhm", &f16), "f16");
 #endif
     assert_string_equal(mla_backend_route("ref", &bf16), "f32");
     assert_null(mla_backend_route("nope", &bf16));
@@ -334,7 +334,7 @@ static void test_env_invalid_backend(void **state)
     support_use_cpu(&support_cpu_zen3); /* no ASIMD in an x86 CPU's readings */
     support_setenv("MLA_DECODE_BACKEND", "neon");
     assert_int_equal(mla_init(), MLA_ERR_BACKEND_INVALID);
-    assert_true(support_contains(mla_last_error(), "cpu lacks asimd"));
+    assert_true(support_contains(mla_last_error(), "cpu lacks neon"));
 #endif
 }
 

@@ -104,7 +104,7 @@ static void get_flavours(flavour f[FLAVOURS], bool report)
     if (caps & MLA_CAP_AVX512_BF16)
         f[0].kernel = mla_gemm_bf16dot__avx512_bf16;
 #elif defined(__aarch64__)
-    if (caps & MLA_CAP_BF16)
+    if (caps & MLA_CAP_NEON_BF16)
         f[1].kernel = mla_gemm_bf16dot__neon_bf16;
 #endif
     for (int i = 0; i < FLAVOURS; i++)

@@ -28,7 +28,7 @@ static const struct {
 } route_kernels[] = {
     {"avx512_bf16", "gemm_bf16dot"},
     {"neon_bf16", "gemm_bf16dot"},
-    {"neon_fp16", "gemm_f16f16"},
+    {"neon_fhm", "gemm_f16f16"},
 };
 
 /* The suite that runs each slot's kernel on every backend this CPU can run:

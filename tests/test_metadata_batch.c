@@ -1,9 +1,9 @@
 /*
  * Batch metadata, block tables, slot mappings, reordering and the
- * decode/prefill split (SPEC §2.1-2.4): the worked examples; every rejected
+ * decode/prefill split (docs/semantics.md §2.1-2.4): the worked examples; every rejected
  * input, each with all outputs checked untouched; and property tests over
  * thousands of seeded random batches against re-derivations written plainly
- * from the SPEC text (a rank keeps its positions contiguously across its
+ * from docs/semantics.md (a rank keeps its positions contiguously across its
  * blocks; vLLM's swap loop run on a copy of the batch; the split rules as
  * listed), not against the library's own arithmetic.
  */
@@ -104,7 +104,7 @@ static void expect_rejected(fixture *f, call_kind kind, mla_status want, const c
 
 /* ---- worked examples ---------------------------------------------------------- */
 
-/* SPEC §2.3: bs = 16, row [7, 3, 9], positions 30..33 -> 62, 63, 144, 145. */
+/* docs/semantics.md §2.3: bs = 16, row [7, 3, 9], positions 30..33 -> 62, 63, 144, 145. */
 static void test_spec_worked_example(void **state)
 {
     (void)state;
@@ -771,7 +771,7 @@ static void test_build_random(void **state)
 
 /* ---- reorder ------------------------------------------------------------------- */
 
-/* The four regions, read off SPEC §2.4's bullets one by one. */
+/* The four regions, read off docs/semantics.md §2.4's bullets one by one. */
 static int spec_region(const mla_request *q, int64_t tau)
 {
     bool context = q->num_computed_tokens > 0;
@@ -955,7 +955,7 @@ static void test_reorder_random(void **state)
 
 /* ---- split ---------------------------------------------------------------------- */
 
-/* SPEC §2.4's split, rule by rule, over the query lengths. */
+/* docs/semantics.md §2.4's split, rule by rule, over the query lengths. */
 static mla_batch_split spec_split(const int32_t *qsl, int64_t n, int64_t tau, bool uniform)
 {
     int64_t len[RB_REQS + 1], max_len = 0, tokens = n > 0 ? qsl[n] : 0;

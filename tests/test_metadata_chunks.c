@@ -1,7 +1,7 @@
 /*
- * Chunked-context prefill metadata (SPEC §2.6): workspace sizing, workspace
+ * Chunked-context prefill metadata (docs/semantics.md §2.6): workspace sizing, workspace
  * and KV-cache byte queries, and context-chunk plans. Plans are checked
- * against the SPEC worked example value by value, then thousands of random
+ * against the docs/semantics.md §2.6 worked example value by value, then thousands of random
  * plans are checked against the properties a gather kernel relies on (each
  * request's context covered once, in order, within the workspace). Every
  * validation error is exercised and must leave the output untouched.
@@ -38,7 +38,7 @@ static void test_workspace_tokens(void **state)
 {
     (void)state;
     int64_t w = -1;
-    /* the two SPEC examples */
+    /* the two docs/semantics.md examples */
     assert_int_equal(mla_chunk_workspace_tokens(163840, 256, 64, 0, &w), MLA_OK);
     assert_int_equal(w, 65536);
     assert_int_equal(mla_chunk_workspace_tokens(4096, 8, 16, 0, &w), MLA_OK);
@@ -157,7 +157,7 @@ static void test_kv_cache_shape(void **state)
 
 /* ---- plans: fixed cases -------------------------------------------------------- */
 
-/* SPEC §2.6 worked example: W = 4096, bs = 16; A (ctx 5000, q 100),
+/* docs/semantics.md §2.6 worked example: W = 4096, bs = 16; A (ctx 5000, q 100),
  * C (ctx 1200, q 30), B (ctx 0, q 50). */
 static void test_spec_example(void **state)
 {

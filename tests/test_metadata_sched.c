@@ -1,7 +1,7 @@
 /*
- * Split-KV decode schedules (SPEC §5.3-5.5). The default mode is compared
- * field by field with a literal transcription of SPEC §5.3's pseudocode (and
- * with the SPEC's worked example); both modes are walked as a driver would
+ * Split-KV decode schedules (docs/semantics.md §5.3-5.5). The default mode is compared
+ * field by field with a literal transcription of docs/semantics.md §5.3's pseudocode (and
+ * with the worked example of docs/semantics.md §5.3); both modes are walked as a driver would
  * walk them (§5.4: per part, per request, per split) over thousands of random
  * batches, checking that every KV block lands in exactly one split, that
  * parts are contiguous and in order, that slots, split indices and partial
@@ -27,13 +27,13 @@ static int64_t div_up(int64_t a, int64_t b)
     return a / b + (a % b != 0);
 }
 
-/* Blocks holding tokens: the end of a request's last range (SPEC §5.4). */
+/* Blocks holding tokens: the end of a request's last range (docs/semantics.md §5.4). */
 static int64_t kv_blocks(int32_t len, int64_t block_n)
 {
     return div_up(len, block_n);
 }
 
-/* SPEC §5.3's nblk, the cost in blocks of a whole request (>= 1). */
+/* docs/semantics.md §5.3's nblk, the cost in blocks of a whole request (>= 1). */
 static int64_t spec_nblk(int32_t len, int64_t block_n)
 {
     return (len > 1 ? len - 1 : 0) / block_n + 1;
@@ -70,7 +70,7 @@ static bool is_idle(const mla_sched_part *part, int64_t num_reqs)
     return part->begin_req >= num_reqs;
 }
 
-/* ---- oracle: SPEC §5.3 as written ------------------------------------------------ */
+/* ---- oracle: docs/semantics.md §5.3 as written ------------------------------------------------ */
 
 /* The pseudocode line by line (lastblk, the len == 0 cases and all). Idle
  * parts get whatever the pseudocode leaves in them; callers compare only
@@ -166,7 +166,7 @@ static int64_t slot_count(const sched_case *c, int64_t b)
  * written to slot prefix[b] + split (or the output if b has one split).
  * Checks it continues where the request's last piece ended, and in
  * batch-invariant mode that it is exactly split `split` of the fixed grid.
- * Returns its cost in SPEC units (an empty piece costs a block). */
+ * Returns its cost in the units of docs/semantics.md §5.3 (an empty piece costs a block). */
 static int64_t take_piece(const sched_case *c, walk_state *w, int64_t b, int64_t begin, int64_t end,
                           int64_t (*slot_range)[2])
 {
@@ -186,7 +186,7 @@ static int64_t take_piece(const sched_case *c, walk_state *w, int64_t b, int64_t
     return (end > begin ? end - begin : 1) + c->overhead;
 }
 
-/* Request b's range in part `part` (SPEC §5.4), cut into pieces: one in the
+/* Request b's range in part `part` (docs/semantics.md §5.4), cut into pieces: one in the
  * default mode, one per split_blocks-aligned split in batch-invariant mode.
  * Returns the cost of the pieces; *max_piece gets the largest. */
 static int64_t walk_request(const sched_case *c, walk_state *w, const mla_sched_part *part,
@@ -440,7 +440,7 @@ static void test_invariant_across_batches(void **state)
 
 /* ---- fixed examples ------------------------------------------------------------- */
 
-/* SPEC §5.3's worked example, every field. */
+/* docs/semantics.md §5.3's worked example, every field. */
 static void test_spec_example(void **state)
 {
     (void)state;

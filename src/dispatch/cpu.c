@@ -82,11 +82,11 @@ static mla_caps decode_x86(const mla_cpu_raw *r)
 static mla_caps decode_aarch64(const mla_cpu_raw *r)
 {
     mla_caps caps = 0;
-    caps |= (r->hwcap & HWCAP_ASIMD_BIT) ? MLA_CAP_ASIMD : 0;
-    caps |= (r->hwcap & HWCAP_ASIMDHP_BIT) ? MLA_CAP_ASIMD_FP16 : 0;
+    caps |= (r->hwcap & HWCAP_ASIMD_BIT) ? MLA_CAP_NEON : 0;
+    caps |= (r->hwcap & HWCAP_ASIMDHP_BIT) ? MLA_CAP_NEON_FP16 : 0;
     caps |= (r->hwcap & HWCAP_SVE_BIT) ? MLA_CAP_SVE : 0;
-    caps |= (r->hwcap & HWCAP_ASIMDFHM_BIT) ? MLA_CAP_ASIMD_FHM : 0;
-    caps |= (r->hwcap2 & HWCAP2_BF16_BIT) ? MLA_CAP_BF16 : 0;
+    caps |= (r->hwcap & HWCAP_ASIMDFHM_BIT) ? MLA_CAP_NEON_FHM : 0;
+    caps |= (r->hwcap2 & HWCAP2_BF16_BIT) ? MLA_CAP_NEON_BF16 : 0;
     return caps;
 }
 
@@ -156,11 +156,11 @@ static const struct {
     {MLA_CAP_AVX512_FP16, "avx512_fp16"},
     {MLA_CAP_AMX_TILE, "amx_tile"},
     {MLA_CAP_AMX_BF16, "amx_bf16"},
-    {MLA_CAP_ASIMD, "asimd"},
-    {MLA_CAP_ASIMD_FP16, "asimd_fp16"},
-    {MLA_CAP_BF16, "bf16"},
+    {MLA_CAP_NEON, "neon"},
+    {MLA_CAP_NEON_FP16, "neon_fp16"},
+    {MLA_CAP_NEON_BF16, "neon_bf16"},
     {MLA_CAP_SVE, "sve"},
-    {MLA_CAP_ASIMD_FHM, "asimd_fhm"},
+    {MLA_CAP_NEON_FHM, "neon_fhm"},
 };
 
 const char *mla_cap_name(mla_cap cap)
@@ -196,7 +196,7 @@ static const struct {
     {"avx512", MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C | MLA_CAP_AVX512F |
                    MLA_CAP_AVX512BW | MLA_CAP_AVX512VL | MLA_CAP_AVX512DQ | MLA_CAP_AVX512_BF16 |
                    MLA_CAP_AVX512_FP16 | MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16},
-    {"neon", MLA_CAP_ASIMD | MLA_CAP_ASIMD_FP16 | MLA_CAP_BF16 | MLA_CAP_SVE | MLA_CAP_ASIMD_FHM},
+    {"neon", MLA_CAP_NEON | MLA_CAP_NEON_FP16 | MLA_CAP_NEON_BF16 | MLA_CAP_SVE | MLA_CAP_NEON_FHM},
 };
 
 bool mla_isa_level_mask(const char *name, mla_caps *keep)

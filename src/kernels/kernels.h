@@ -41,7 +41,7 @@ mla_gemm_f16f16_fn mla_gemm_f16f16__ref;
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__avx512_bf16;
 #elif defined(__aarch64__)
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__neon_bf16;
-mla_gemm_f16f16_fn mla_gemm_f16f16__neon_fp16;
+mla_gemm_f16f16_fn mla_gemm_f16f16__neon_fhm;
 #endif
 
 #endif

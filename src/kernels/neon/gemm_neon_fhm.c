@@ -140,7 +140,7 @@ static ALWAYS_INLINE void gemm(const operands *o, bool lanes_rows, int64_t m, in
         column_tile(o, lanes_rows, 1, m, j);
 }
 
-void mla_gemm_f16f16__neon_fp16(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
+void mla_gemm_f16f16__neon_fhm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
                                int64_t cs_a, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
                                const float *c_scale)
 {
