@@ -131,7 +131,7 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     const mla_attn_route *half = mla_attn_half_routes(&routes);
     bool runs_here = (desc->required_caps & ~(g.detected & g.real)) == 0;
     for (int i = 0; i < routes; i++)
-        e->route_speedup[i] = runs_here && half[i].available(&e->desc.kernels)
+        e->route_speedup[i] = runs_here && mla_attn_route_available(&e->desc.kernels, &half[i])
                                   ? mla_attn_route_speedup(&e->desc.kernels, &half[i])
                                   : 0.0;
 }

@@ -4,16 +4,12 @@
 #include "core/size.h"
 #include "elementwise.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 /* ---- f32 ------------------------------------------------------------------ */
-
-static bool has_f32(const mla_kernels *k)
-{
-    return k->gemm_f32 != NULL;
-}
 
 /* Qt[d][r] = scale * q[d] in f32. */
 static void pack_q_f32(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
@@ -55,11 +51,6 @@ static void pack_q_raw(uint16_t *qt, int64_t ld, int64_t r, const void *nope, in
 }
 
 /* ---- bf16 dot --------------------------------------------------------------- */
-
-static bool has_bf16dot(const mla_kernels *k)
-{
-    return k->gemm_bf16dot != NULL;
-}
 
 static void pack_q_bf16dot(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
                            int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
@@ -113,11 +104,6 @@ static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
 
 /* ---- f16 ------------------------------------------------------------------ */
 
-static bool has_f16f16(const mla_kernels *k)
-{
-    return k->gemm_f16f16 != NULL;
-}
-
 static void pack_q_f16(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
                        int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
                        float *row)
@@ -146,30 +132,36 @@ static void values_f16(const mla_kernels *k, const mla_attn_values *v)
 
 static const mla_attn_route route_f32 = {
     .name = "f32", .dtype = MLA_DTYPE_F32, .pair = 1, .q_elem = sizeof(float), .q_scaled = true,
-    .available = has_f32, .pack_q = pack_q_f32, .scores = scores_f32, .values = values_f32,
+    .kernel = offsetof(mla_kernels, gemm_f32),
+    .pack_q = pack_q_f32, .scores = scores_f32, .values = values_f32,
 };
 
 /* Half-precision routes, in the order a backend's kernels are looked at. */
 static const mla_attn_route half_routes[] = {
     {
         .name = "bf16-dot", .dtype = MLA_DTYPE_BF16, .pair = 2, .q_elem = sizeof(uint16_t),
-        .available = has_bf16dot, .pack_q = pack_q_bf16dot, .scores = scores_bf16dot,
+        .kernel = offsetof(mla_kernels, gemm_bf16dot), .pack_q = pack_q_bf16dot, .scores = scores_bf16dot,
         .values = values_bf16dot,
     },
     {
         .name = "f16", .dtype = MLA_DTYPE_F16, .pair = 1, .q_elem = sizeof(uint16_t),
-        .available = has_f16f16, .pack_q = pack_q_f16, .scores = scores_f16, .values = values_f16,
+        .kernel = offsetof(mla_kernels, gemm_f16f16), .pack_q = pack_q_f16, .scores = scores_f16, .values = values_f16,
     },
 };
 
 #define HALF_ROUTES ((int)(sizeof half_routes / sizeof half_routes[0]))
+
+bool mla_attn_route_available(const mla_kernels *k, const mla_attn_route *route)
+{
+    return *(void *const *)((const char *)k + route->kernel) != NULL;
+}
 
 const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype,
                                          mla_dtype key_dtype, int64_t width, int64_t stride)
 {
     for (int i = 0; i < HALF_ROUTES; i++) {
         const mla_attn_route *r = &half_routes[i];
-        if (r->available(k) && q_dtype == r->dtype && key_dtype == r->dtype &&
+        if (mla_attn_route_available(k, r) && q_dtype == r->dtype && key_dtype == r->dtype &&
             width % r->pair == 0 && stride % r->pair == 0)
             return r;
     }

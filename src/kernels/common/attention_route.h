@@ -51,8 +51,8 @@ typedef struct mla_attn_route {
     /* the softmax scale is folded into the packed queries (else applied to
      * the scores) */
     bool q_scaled;
-    /* the backend's table has this route's kernel */
-    bool (*available)(const mla_kernels *k);
+    /* offset in mla_kernels of the route's GEMM slot (its NULL: no route) */
+    size_t kernel;
     /* Puts query row r (d = l + rope values: `nope` then `pe`, q_dtype)
      * into the packed queries qt (ld rows). row is d floats of scratch. */
     void (*pack_q)(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
@@ -64,6 +64,9 @@ typedef struct mla_attn_route {
                    int64_t stride, const void *qt, float *s);
     void (*values)(const mla_kernels *k, const mla_attn_values *v);
 } mla_attn_route;
+
+/* Whether table k has the route's kernel. */
+bool mla_attn_route_available(const mla_kernels *k, const mla_attn_route *route);
 
 /* The route for these operands: a half-precision route whose kernel k has
  * and whose dtype q and the keys both have, else f32. width and stride are
