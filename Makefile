@@ -136,7 +136,7 @@ $(BUILD)/mla_run: bench/mla_run.c $(wildcard include/*.h) $(BUILD)/libmla.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< -o $@ $(BUILD)/libmla.a $(LDLIBS)
 
 run: $(BUILD)/mla_run
-	$(TEST_RUNNER) ./$(BUILD)/mla_run
+	$(TEST_RUNNER) $(BUILD)/mla_run
 
 # Only mla_-prefixed symbols may be defined globally (static linking shares
 # one namespace with the server); the .so exports only the public API.
@@ -153,7 +153,7 @@ check-layers:
 
 test: $(TEST_BINS) check-symbols check-layers
 	@failed=0; for t in $(TEST_BINS); do \
-	   echo "== $$t"; $(TEST_RUNNER) ./$$t || failed=$$((failed + 1)); \
+	   echo "== $$t"; $(TEST_RUNNER) $$t || failed=$$((failed + 1)); \
 	 done; \
 	 echo "suites: $$(( $(words $(TEST_BINS)) - failed )) passed, $$failed failed"; \
 	 [ $$failed -eq 0 ]
