@@ -2,7 +2,7 @@
 #ifndef MLA_DISPATCH_CHECKS_H
 #define MLA_DISPATCH_CHECKS_H
 
-#include "mla_backend.h"
+#include "mla.h"
 
 /* A row-major operand of `rows` rows: non-NULL when it has rows, a stride of
  * at least `width`, a span that fits int64_t. */

@@ -13,10 +13,10 @@
 #include "kernels/kernels.h"
 
 #include <omp.h>
-#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
