@@ -12,10 +12,11 @@
 /* ---- f32 ------------------------------------------------------------------ */
 
 /* Qt[d][r] = scale * q[d] in f32. */
-static void pack_q_f32(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
-                       int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
-                       float *row)
+static void pack_q_f32(const mla_attn_route *route, const mla_kernels *k, void *qt, int64_t ld,
+                       int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
+                       mla_dtype q_dtype, float scale, float *row)
 {
+    (void)route;
     float *q = qt;
     mla_convert_run(k, row, MLA_DTYPE_F32, nope, q_dtype, l, 1.0f);
     if (rope > 0)
@@ -39,26 +40,23 @@ static void values_f32(const mla_kernels *k, const mla_attn_values *v)
 
 /* ---- half precision: q packed raw ------------------------------------------ */
 
-/* Query row r as raw 16-bit values, `pair` consecutive d per row in Qt:
- * element d at qt[(d / pair) * pair * ld + pair * r + d % pair] (pair 1:
- * Qt[d][r]; pair 2: bf16 pairs along d). */
-static void pack_q_raw(uint16_t *qt, int64_t ld, int64_t r, const void *nope, int64_t l,
-                       const void *pe, int64_t rope, int64_t pair)
+/* Query row r as raw 16-bit values, the route's `pair` consecutive d per
+ * row of Qt: element d at qt[(d / pair) * pair * ld + pair * r + d % pair]
+ * (f16, pair 1: Qt[d][r]; bf16-dot, pair 2: bf16 pairs along d). The scale
+ * is applied to the scores instead. */
+static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *qt, int64_t ld,
+                       int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
+                       mla_dtype q_dtype, float scale, float *row)
 {
+    (void)k, (void)q_dtype, (void)scale, (void)row;
+    const int64_t pair = route->pair;
+    uint16_t *q = qt;
     for (int64_t d = 0; d < l + rope; d++)
-        qt[(d / pair) * pair * ld + pair * r + d % pair] =
+        q[(d / pair) * pair * ld + pair * r + d % pair] =
             d < l ? ((const uint16_t *)nope)[d] : ((const uint16_t *)pe)[d - l];
 }
 
 /* ---- bf16 dot --------------------------------------------------------------- */
-
-static void pack_q_bf16dot(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
-                           int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
-                           float *row)
-{
-    (void)k, (void)q_dtype, (void)scale, (void)row;
-    pack_q_raw(qt, ld, r, nope, l, pe, rope, 2);
-}
 
 static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
                            int64_t stride, const void *qt, float *s)
@@ -95,7 +93,8 @@ static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
             rows[v->runs[q].first + j] = (const uint16_t *)v->runs[q].rows + j * v->stride;
     for (int64_t j = 0; j < v->n; j += 2) {
         bool odd = j + 1 < v->n;
-        interleave_pairs(pp + j * v->ld, p16 + j * v->ld, odd ? p16 + (j + 1) * v->ld : NULL, v->ld);
+        const uint16_t *next_p = odd ? p16 + (j + 1) * v->ld : NULL;
+        interleave_pairs(pp + j * v->ld, p16 + j * v->ld, next_p, v->ld);
         interleave_pairs(vp + j * v->width, rows[j], odd ? rows[j + 1] : NULL, v->width);
     }
     k->gemm_bf16dot(v->ld, v->width, mla_round_up(v->n, 2), pp, 1, v->ld, vp, 2 * v->width, v->o,
@@ -103,14 +102,6 @@ static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
 }
 
 /* ---- f16 ------------------------------------------------------------------ */
-
-static void pack_q_f16(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
-                       int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
-                       float *row)
-{
-    (void)k, (void)q_dtype, (void)scale, (void)row;
-    pack_q_raw(qt, ld, r, nope, l, pe, rope, 1);
-}
 
 static void scores_f16(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
                        int64_t stride, const void *qt, float *s)
@@ -140,12 +131,13 @@ static const mla_attn_route route_f32 = {
 static const mla_attn_route half_routes[] = {
     {
         .name = "bf16-dot", .dtype = MLA_DTYPE_BF16, .pair = 2, .q_elem = sizeof(uint16_t),
-        .kernel = offsetof(mla_kernels, gemm_bf16dot), .pack_q = pack_q_bf16dot, .scores = scores_bf16dot,
-        .values = values_bf16dot,
+        .kernel = offsetof(mla_kernels, gemm_bf16dot),
+        .pack_q = pack_q_raw, .scores = scores_bf16dot, .values = values_bf16dot,
     },
     {
         .name = "f16", .dtype = MLA_DTYPE_F16, .pair = 1, .q_elem = sizeof(uint16_t),
-        .kernel = offsetof(mla_kernels, gemm_f16f16), .pack_q = pack_q_f16, .scores = scores_f16, .values = values_f16,
+        .kernel = offsetof(mla_kernels, gemm_f16f16),
+        .pack_q = pack_q_raw, .scores = scores_f16, .values = values_f16,
     },
 };
 
@@ -153,7 +145,7 @@ static const mla_attn_route half_routes[] = {
 
 bool mla_attn_route_available(const mla_kernels *k, const mla_attn_route *route)
 {
-    return *(void *const *)((const char *)k + route->kernel) != NULL;
+    return mla_kernel_get(k, &(mla_kernel_slot){.offset = route->kernel}) != NULL;
 }
 
 const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype,

@@ -55,9 +55,9 @@ typedef struct mla_attn_route {
     size_t kernel;
     /* Puts query row r (d = l + rope values: `nope` then `pe`, q_dtype)
      * into the packed queries qt (ld rows). row is d floats of scratch. */
-    void (*pack_q)(const mla_kernels *k, void *qt, int64_t ld, int64_t r, const void *nope,
-                   int64_t l, const void *pe, int64_t rope, mla_dtype q_dtype, float scale,
-                   float *row);
+    void (*pack_q)(const struct mla_attn_route *route, const mla_kernels *k, void *qt, int64_t ld,
+                   int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
+                   mla_dtype q_dtype, float scale, float *row);
     /* S[j][r] for n key rows (stride elements apart, d wide) in place:
      * s + j * ld. */
     void (*scores)(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,

@@ -1,6 +1,5 @@
 #include "cache.h"
 
-#include "core/dtype.h"
 #include "core/policy.h"
 #include "elementwise.h"
 

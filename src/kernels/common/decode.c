@@ -33,7 +33,6 @@
 
 #include "attention.h"
 #include "attention_route.h"
-#include "core/dtype.h"
 #include "core/policy.h"
 #include "core/size.h"
 #include "elementwise.h"
@@ -136,7 +135,7 @@ static void pack_queries(const decode_ctx *c, float *ws, int64_t b, int64_t r0, 
     memset(qt, 0, (size_t)(s->d * s->mb * c->route->q_elem));
     for (int64_t r = 0; r < nr; r++) {
         int64_t i = (r0 + r) / a->num_heads, h = (r0 + r) % a->num_heads, t = b * a->s_q + i;
-        c->route->pack_q(c->k, qt, s->mb, r, query_row(c, t, h, false), s->l,
+        c->route->pack_q(c->route, c->k, qt, s->mb, r, query_row(c, t, h, false), s->l,
                          a->rope_dim > 0 ? query_row(c, t, h, true) : NULL, a->rope_dim,
                          a->q_dtype, a->scale, ws + c->x.qrow);
     }

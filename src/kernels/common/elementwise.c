@@ -1,6 +1,5 @@
 #include "elementwise.h"
 
-#include "core/dtype.h"
 #include "core/policy.h"
 #include "core/size.h"
 
