@@ -132,9 +132,8 @@ MLA_API size_t mla_caps_format(mla_caps caps, char *buf, size_t size);
 typedef enum mla_op {
     MLA_OP_CONVERT = 0, /* dtype conversions, vector exp, cache ops      */
     MLA_OP_DECODE,      /* absorbed latent-attention decode               */
-    MLA_OP_PREFILL,     /* split-KV prefill: not yet available. No op runs
-                           through it yet; its backend can be chosen (and
-                           MLA_PREFILL_BACKEND set) ahead of the op.       */
+    MLA_OP_PREFILL,     /* prefill kernels: varlen flash attention,
+                           merge_attn_states, the kv_b_proj up-projection */
     MLA_OP_COUNT
 } mla_op;
 
@@ -523,6 +522,117 @@ MLA_API mla_status mla_decode_forward_workspace_size(const mla_decode_forward_ar
                                                      int threads, int64_t *bytes);
 MLA_API mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspace,
                                       int64_t workspace_bytes, int threads);
+
+/* ------------------------------------------------------------------------ */
+/* Prefill kernels (§1.7, §4), through the MLA_OP_PREFILL backend            */
+/* ------------------------------------------------------------------------ */
+
+/* Variable-length flash attention forward (§1.7 steps 2 and 4): request b
+ * has queries [cu_seqlens_q[b], cu_seqlens_q[b+1]) and keys
+ * [cu_seqlens_k[b], cu_seqlens_k[b+1]); every head attends over its own k
+ * and v. Element (t, h, d) of q is q[t*q_token_stride + h*q_head_stride + d]
+ * (likewise k, v, out). k is whole ([S, H, qk_dim]) when rope_dim is 0;
+ * with rope_dim R > 0 it is k_nope [S, H, qk_dim - R] in `k` plus one k_pe
+ * [S, R] row per key, shared by every head (MLA's layout, never
+ * materialised): k(s, h) = [k_nope(s, h) | k_pe(s)]. Causal masks are
+ * bottom-right aligned: query i of a request with n_q queries and n_k keys
+ * sees keys j <= n_k - n_q + i. Out gets the softmax(scale * q.k)-weighted
+ * sum of v in the inputs' dtype; lse, if not NULL, [H, T] f32 natural log
+ * (lse[h*T + t]), -inf (and out 0) for a row that sees no key. The result
+ * does not depend on the thread count. */
+#define MLA_FLASH_ATTN_MAX_DIM 256
+
+typedef struct mla_flash_attn_args {
+    int64_t num_seqs;  /* requests B >= 0                                  */
+    int64_t num_heads; /* H >= 1                                            */
+    int64_t qk_dim;    /* Dqk, 1 .. MLA_FLASH_ATTN_MAX_DIM (P + R for MLA)   */
+    int64_t v_dim;     /* Dv, 1 .. MLA_FLASH_ATTN_MAX_DIM                    */
+    int64_t rope_dim;  /* R, 0 .. qk_dim - 1: the shared k_pe's width       */
+    bool causal;
+    float scale;       /* softmax scale on q.k, finite (§1.4)               */
+    mla_dtype dtype;   /* of q, k, k_pe, v and out: f32, bf16 or f16        */
+    int64_t total_q, total_k;    /* T and S                                 */
+    const int32_t *cu_seqlens_q; /* [B+1]: 0, non-decreasing, last T        */
+    const int32_t *cu_seqlens_k; /* [B+1]: 0, non-decreasing, last S        */
+    const void *q;
+    int64_t q_token_stride, q_head_stride;
+    const void *k;               /* k, or k_nope when rope_dim > 0           */
+    int64_t k_token_stride, k_head_stride;
+    const void *k_pe;            /* [S, R] rows when rope_dim > 0, else unused */
+    int64_t k_pe_token_stride;
+    const void *v;
+    int64_t v_token_stride, v_head_stride;
+    void *out;                   /* rows must not overlap each other or inputs */
+    int64_t out_token_stride, out_head_stride;
+    float *lse;                  /* [H, T] or NULL                          */
+} mla_flash_attn_args;
+
+/* Bytes of workspace mla_flash_attn_varlen needs with these shapes and
+ * threads (only the sizes, dims and dtype of args are read; no pointer). */
+MLA_API mla_status mla_flash_attn_varlen_workspace_size(const mla_flash_attn_args *args,
+                                                        int threads, int64_t *bytes);
+MLA_API mla_status mla_flash_attn_varlen(const mla_flash_attn_args *args, void *workspace,
+                                         int64_t workspace_bytes, int threads);
+
+/* merge_attn_states (§4): merges two partial attention results of the same
+ * rows by their LSEs. prefix and suffix are [T, H, head_dim] with the same
+ * strides, their LSEs [H, T] (lse[h*T + t]); out may have its own strides.
+ * Rows t >= prefill_tokens_with_context take the suffix (and its LSE)
+ * unchanged. An LSE of +inf or -inf marks an empty partial; two empty ones
+ * give 0 and -inf; a NaN LSE propagates to the row's output and LSE.
+ * Weights and the sum are computed in f32; out has the inputs' dtype. */
+#define MLA_MERGE_ALL_TOKENS (-1)
+
+typedef struct mla_merge_attn_args {
+    int64_t num_tokens; /* T >= 0                                           */
+    int64_t num_heads;  /* H >= 1                                           */
+    int64_t head_dim;   /* Dh >= 1                                          */
+    mla_dtype dtype;    /* of prefix, suffix and out: f32, bf16 or f16      */
+    const void *prefix, *suffix;
+    int64_t token_stride, head_stride;          /* of prefix and suffix     */
+    const float *prefix_lse, *suffix_lse;       /* [H, T]                   */
+    void *out;          /* may be prefix or suffix itself (same strides)    */
+    int64_t out_token_stride, out_head_stride;
+    float *out_lse;     /* [H, T] or NULL                                   */
+    /* K, 0 .. T; MLA_MERGE_ALL_TOKENS: T */
+    int64_t prefill_tokens_with_context;
+} mla_merge_attn_args;
+
+MLA_API mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int threads);
+
+/* The kv_b_proj up-projection (§1.7 step 1) on libmla's packed GEMM:
+ * for each token s and head h, with W = kv_b_proj [H*(P+V), L] (row-major,
+ * as nn.Linear stores it),
+ *   k_nope(s, h, p) = sum_l kv_c(s, l) * W[h*(P+V) + p][l]
+ *   v(s, h, e)      = sum_l kv_c(s, l) * W[h*(P+V) + P + e][l]
+ * written straight into the per-head layouts the attention reads. kv_c and
+ * W are f32 or bf16 (f16 too); products accumulate in f32, rounded once to
+ * out_dtype. On the f32 route each output is one chain of f32 fused
+ * multiply-adds in l order, so every backend gives the same bits; a bf16
+ * dot-product route (when kv_c and W are bf16 and the backend's route timed
+ * faster at init) gives its instruction's arithmetic. */
+typedef struct mla_up_proj_args {
+    int64_t num_tokens;   /* S >= 0                                          */
+    int64_t num_heads;    /* H >= 1                                          */
+    int64_t kv_lora_rank; /* L >= 0 (0: outputs are 0)                       */
+    int64_t qk_nope_dim;  /* P >= 1                                          */
+    int64_t v_head_dim;   /* V >= 1                                          */
+    const void *kv_c;     /* [S, L] rows                                     */
+    mla_dtype kv_c_dtype;
+    int64_t kv_c_stride;
+    const void *kv_b_proj; /* [H*(P+V), L] dense                             */
+    mla_dtype w_dtype;
+    mla_dtype out_dtype;  /* of k_nope and v: f32, bf16 or f16              */
+    void *k_nope;
+    int64_t k_nope_token_stride, k_nope_head_stride;
+    void *v;
+    int64_t v_token_stride, v_head_stride;
+} mla_up_proj_args;
+
+MLA_API mla_status mla_up_proj_workspace_size(const mla_up_proj_args *args, int threads,
+                                              int64_t *bytes);
+MLA_API mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace,
+                               int64_t workspace_bytes, int threads);
 
 /* Whether every backend that would run decode and prefill for cfg accepts
  * cfg->block_size (vLLM's MultipleOf rule); *required_multiple gets the

@@ -13,40 +13,6 @@
 
 #include <math.h>
 
-/* A [tokens, heads, width] view with token and head strides: strides >= 0,
- * the span fits int64_t; when `rows_disjoint`, no two (token, head) rows
- * overlap (heads inside tokens, or tokens inside heads). */
-static mla_status check_view(const char *fn, const char *what, const void *p, int64_t tokens,
-                             int64_t heads, int64_t width, int64_t token_stride, int64_t head_stride,
-                             mla_dtype dtype, bool rows_disjoint)
-{
-    if (tokens == 0 || width == 0)
-        return MLA_OK;
-    if (!p)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
-    if (token_stride < 0 || head_stride < 0)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s strides %lld, %lld are negative", fn,
-                        what, (long long)token_stride, (long long)head_stride);
-    int64_t last, span;
-    if (__builtin_mul_overflow(tokens - 1, token_stride, &last) ||
-        __builtin_mul_overflow(heads - 1, head_stride, &span) ||
-        __builtin_add_overflow(last, span, &last) || __builtin_add_overflow(last, width, &last) ||
-        !mla_mul_size(last, mla_dtype_size(dtype), &span))
-        return mla_fail(MLA_ERR_OVERFLOW, "%s: %s of %lld tokens x %lld heads overflows", fn, what,
-                        (long long)tokens, (long long)heads);
-    if (!rows_disjoint)
-        return MLA_OK;
-    bool heads_inside = (heads == 1 || head_stride >= width) &&
-                        (tokens == 1 || token_stride >= (heads - 1) * head_stride + width);
-    bool tokens_inside = (tokens == 1 || token_stride >= width) &&
-                         (heads == 1 || head_stride >= (tokens - 1) * token_stride + width);
-    if (!heads_inside && !tokens_inside)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s rows overlap (token stride %lld, head "
-                        "stride %lld, width %lld)", fn, what, (long long)token_stride,
-                        (long long)head_stride, (long long)width);
-    return MLA_OK;
-}
-
 /* Every request's length fits its block table row, and every block id the
  * call will read (columns below ceil(len / block_size)) is a cache block. */
 static mla_status check_requests(const char *fn, const mla_decode_args *a, const mla_kv_cache *c)
@@ -95,11 +61,11 @@ static mla_status check_args(const char *fn, const mla_decode_args *a, mla_kv_ca
     if (!mla_mul_size(a->num_reqs, a->s_q, &tokens) || !mla_mul_size(a->s_q, a->num_heads, &rows) ||
         !mla_mul_size(tokens, a->num_heads, &rows))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: num_reqs x s_q x num_heads overflows", fn);
-    if ((st = check_view(fn, "q_nope", a->q_nope, tokens, a->num_heads, a->kv_lora_rank,
+    if ((st = mla_check_view(fn, "q_nope", a->q_nope, tokens, a->num_heads, a->kv_lora_rank,
                          a->q_nope_token_stride, a->q_nope_head_stride, a->q_dtype, false)) ||
-        (st = check_view(fn, "q_pe", a->q_pe, tokens, a->num_heads, a->rope_dim,
+        (st = mla_check_view(fn, "q_pe", a->q_pe, tokens, a->num_heads, a->rope_dim,
                          a->q_pe_token_stride, a->q_pe_head_stride, a->q_dtype, false)) ||
-        (st = check_view(fn, "out", a->out, tokens, a->num_heads, a->kv_lora_rank,
+        (st = mla_check_view(fn, "out", a->out, tokens, a->num_heads, a->kv_lora_rank,
                          a->out_token_stride, a->out_head_stride, a->q_dtype, true)))
         return st;
     if (a->num_reqs > 0 && !a->seq_lens)
@@ -324,7 +290,7 @@ static mla_status check_forward(const char *fn, const mla_decode_forward_args *f
     if (!mla_mul_size(a->num_heads, f->v_head_dim, &heads_v) ||
         __builtin_add_overflow(f->qk_nope_dim, a->rope_dim, &width))
         return mla_fail(MLA_ERR_OVERFLOW, "%s: num_heads x v_head_dim overflows", fn);
-    if ((st = check_view(fn, "q", f->q, tokens, a->num_heads, width, f->q_token_stride,
+    if ((st = mla_check_view(fn, "q", f->q, tokens, a->num_heads, width, f->q_token_stride,
                          f->q_head_stride, a->q_dtype, false)) ||
         (st = mla_check_rows(fn, "out", f->out, tokens, f->out_token_stride, heads_v, a->q_dtype)))
         return st;

@@ -71,3 +71,37 @@ int mla_resolve_threads(int threads)
 {
     return threads > 0 ? threads : mla_default_threads();
 }
+
+/* A [tokens, heads, width] view with token and head strides: strides >= 0,
+ * the span fits int64_t; when `rows_disjoint`, no two (token, head) rows
+ * overlap (heads inside tokens, or tokens inside heads). */
+mla_status mla_check_view(const char *fn, const char *what, const void *p, int64_t tokens,
+                             int64_t heads, int64_t width, int64_t token_stride, int64_t head_stride,
+                             mla_dtype dtype, bool rows_disjoint)
+{
+    if (tokens == 0 || width == 0)
+        return MLA_OK;
+    if (!p)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
+    if (token_stride < 0 || head_stride < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s strides %lld, %lld are negative", fn,
+                        what, (long long)token_stride, (long long)head_stride);
+    int64_t last, span;
+    if (__builtin_mul_overflow(tokens - 1, token_stride, &last) ||
+        __builtin_mul_overflow(heads - 1, head_stride, &span) ||
+        __builtin_add_overflow(last, span, &last) || __builtin_add_overflow(last, width, &last) ||
+        !mla_mul_size(last, mla_dtype_size(dtype), &span))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: %s of %lld tokens x %lld heads overflows", fn, what,
+                        (long long)tokens, (long long)heads);
+    if (!rows_disjoint)
+        return MLA_OK;
+    bool heads_inside = (heads == 1 || head_stride >= width) &&
+                        (tokens == 1 || token_stride >= (heads - 1) * head_stride + width);
+    bool tokens_inside = (tokens == 1 || token_stride >= width) &&
+                         (heads == 1 || head_stride >= (tokens - 1) * token_stride + width);
+    if (!heads_inside && !tokens_inside)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s rows overlap (token stride %lld, head "
+                        "stride %lld, width %lld)", fn, what, (long long)token_stride,
+                        (long long)head_stride, (long long)width);
+    return MLA_OK;
+}

@@ -9,6 +9,14 @@
 mla_status mla_check_rows(const char *fn, const char *what, const void *p, int64_t rows,
                           int64_t stride, int64_t width, mla_dtype dtype);
 
+/* A [tokens, heads, width] view with token and head strides: non-NULL when
+ * it has elements, strides >= 0, a span that fits int64_t; when
+ * `rows_disjoint`, no two (token, head) rows overlap (heads inside tokens,
+ * or tokens inside heads). */
+mla_status mla_check_view(const char *fn, const char *what, const void *p, int64_t tokens,
+                          int64_t heads, int64_t width, int64_t token_stride, int64_t head_stride,
+                          mla_dtype dtype, bool rows_disjoint);
+
 /* Checks a cache and copies it to *out with its zero (dense) strides
  * resolved. */
 mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cache *out);

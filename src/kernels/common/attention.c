@@ -14,9 +14,17 @@ void mla_attn_rows_start(const mla_attn_rows *st, float *o, int64_t width)
     memset(o, 0, (size_t)(st->ld * width) * sizeof(float));
 }
 
+/* Rows r of S's key row j (key key0 + j) that the causal rule hides: the
+ * first ones, as later rows see more keys. */
+static int64_t hidden_rows(const mla_attn_causal *c, int64_t key, int64_t nr)
+{
+    int64_t first_seeing = (key - c->last_key0) * c->rows_per_query - c->row0;
+    return first_seeing < 0 ? 0 : first_seeing < nr ? first_seeing : nr;
+}
+
 /* Every loop runs along the rows r, which are contiguous, so it vectorizes. */
 void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float *s, int64_t n,
-                           float score_scale)
+                           float score_scale, const mla_attn_causal *mask, int64_t key0)
 {
     const int64_t ld = st->ld, nr = st->nr;
     float *m = st->m, *l = st->l, *alpha = st->alpha;
@@ -30,6 +38,9 @@ void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float 
         if (score_scale != 1.0f)
             for (int64_t r = 0; r < nr; r++)
                 row[r] *= score_scale;
+        if (mask)
+            for (int64_t r = 0, hidden = hidden_rows(mask, key0 + j, nr); r < hidden; r++)
+                row[r] = -INFINITY;
         for (int64_t r = 0; r < nr; r++)
             mx[r] = row[r] > mx[r] ? row[r] : mx[r];
     }
@@ -59,15 +70,6 @@ int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr)
 bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n)
 {
     return key0 + n - 1 > c->last_key0 + c->row0 / c->rows_per_query;
-}
-
-void mla_attn_mask_tile(const mla_attn_causal *c, float *s, int64_t ld, int64_t key0, int64_t n,
-                        int64_t nr)
-{
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t r = 0; r < nr; r++)
-            if (key0 + j > c->last_key0 + (c->row0 + r) / c->rows_per_query)
-                s[j * ld + r] = -INFINITY;
 }
 
 float mla_attn_finish_row(float *o, int64_t width, float m, float l)

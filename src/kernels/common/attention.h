@@ -30,14 +30,6 @@ typedef struct mla_attn_rows {
 /* A fresh pass: m = -inf, l = 0, and O [ld][width] = 0. */
 void mla_attn_rows_start(const mla_attn_rows *st, float *o, int64_t width);
 
-/* One tile of the online softmax over S [n][ld]: scores times score_scale
- * (skipped when 1), the running max, S -> e^(S - max), alpha, and the
- * running sums of the first nr rows. A row whose max is still -inf uses 0
- * as its max, so its exps are 0 and nothing becomes NaN. exp runs on the
- * backend's kernel over whole padded rows. */
-void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float *s, int64_t n,
-                           float score_scale);
-
 /* The causal rule, bottom-right aligned (decode's MTP, prefill's new
  * tokens): pass row r is query (row0 + r) / rows_per_query, and query i sees
  * key j iff j <= last_key0 + i. Decode packs H heads per query
@@ -47,18 +39,25 @@ typedef struct mla_attn_causal {
     int64_t last_key0, row0, rows_per_query;
 } mla_attn_causal;
 
+/* One tile of the online softmax over S [n][ld], whose first key is key0:
+ * scores times score_scale (skipped when 1), then the causal mask (when
+ * `mask` is not NULL: -inf for every key a row may not see), the running
+ * max, S -> e^(S - max), alpha, and the running sums of the first nr rows.
+ * Masking follows the scaling, so a scale of 0 or below never turns a
+ * masked -inf into +inf or NaN. A row whose max is still -inf uses 0 as its
+ * max, so its exps are 0 and nothing becomes NaN. exp runs on the backend's
+ * kernel over whole padded rows. */
+void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float *s, int64_t n,
+                           float score_scale, const mla_attn_causal *mask, int64_t key0);
+
 /* Keys at or past this are seen by none of the pass's first nr rows: where a
  * causal walk over the keys stops (tiles past the diagonal are skipped). */
 int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr);
 
 /* Whether keys [key0, key0 + n) hold one that some row of the pass may not
- * see: the tile straddles the diagonal and needs mla_attn_mask_tile. */
+ * see: the tile straddles the diagonal and mla_attn_softmax_tile must mask
+ * it. */
 bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n);
-
-/* Sets S[j][r] = -inf for every key key0 + j that row r may not see, for the
- * first nr rows. */
-void mla_attn_mask_tile(const mla_attn_causal *c, float *s, int64_t ld, int64_t key0, int64_t n,
-                        int64_t nr);
 
 /* Finishes one row: o = o / l and returns the LSE m + ln l; a row that saw
  * no key (l == 0) becomes 0 with LSE -inf. */

@@ -307,9 +307,8 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
             int64_t next_end = t + n + MLA_ATTN_TILE < end ? t + n + MLA_ATTN_TILE : end;
             prefetch_cursor pf = {.b = b, .pos = t + n, .end = next_end};
             tile_scores(c, ws, runs, nruns, &pf);
-            if (mla_attn_causal_straddles(&causal, t, n))
-                mla_attn_mask_tile(&causal, sc, s->mb, t, n, nr);
-            mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale);
+            mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale,
+                                  mla_attn_causal_straddles(&causal, t, n) ? &causal : NULL, t);
             tile_values(c, ws, runs, nruns, n);
         }
         finish_rows(c, ws, b, r0, nr, slot);
