@@ -17,8 +17,9 @@ extern "C" {
 #endif
 
 /* Bumped when the extension API changes in a way a caller must know of.
- * 1: kernel slots as below, descriptor with a size field. */
-#define MLA_BACKEND_API_VERSION 1
+ * 1: kernel slots up to gemm_f16f16, descriptor with a size field.
+ * 2: the scale_add_f32 slot (merge_attn_states and the decode combine). */
+#define MLA_BACKEND_API_VERSION 2
 
 /* ------------------------------------------------------------------------ */
 /* The CPU-reader seam                                                       */
@@ -116,6 +117,12 @@ typedef void mla_gemm_bf16dot_fn(int64_t m, int64_t n, int64_t k, const uint16_t
 typedef void mla_gemm_f16f16_fn(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
                                 int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,
                                 int64_t ldc, const float *c_scale);
+/* y[i] = y[i] + w * x[i] for i < n: the product rounded to f32, then the
+ * sum rounded to f32 (two roundings, never a fused multiply-add), so every
+ * ISA's kernel gives the scalar expression's bits (NaN payloads aside). The
+ * weighted sums of the LSE merge run on it. y and x may be equal, else they
+ * must not overlap. */
+typedef void mla_scale_add_f32_fn(float *y, const float *x, float w, int64_t n);
 
 /* ------------------------------------------------------------------------ */
 /* The kernel list                                                           */
@@ -144,7 +151,8 @@ typedef void mla_gemm_f16f16_fn(int64_t m, int64_t n, int64_t k, const uint16_t 
     BASE(gemm_f32, mla_gemm_f32_fn, arg)               \
     BASE(gemm_bf16, mla_gemm_bf16_fn, arg)             \
     ROUTE(gemm_bf16dot, mla_gemm_bf16dot_fn, arg)      \
-    ROUTE(gemm_f16f16, mla_gemm_f16f16_fn, arg)
+    ROUTE(gemm_f16f16, mla_gemm_f16f16_fn, arg)        \
+    BASE(scale_add_f32, mla_scale_add_f32_fn, arg)
 
 #define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
 

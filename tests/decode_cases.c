@@ -15,7 +15,7 @@ const mla_dtype case_cache_dtypes[5] = {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_DTYPE
 
 /* ---- tolerances and the accuracy seen ---------------------------------------- */
 
-static double out_tol(mla_dtype q_dtype, int64_t len)
+double case_out_tol(mla_dtype q_dtype, int64_t len)
 {
     switch (q_dtype) {
     case MLA_DTYPE_F32:
@@ -440,7 +440,7 @@ void dcase_check(const dcase *c, const char *backend)
     memcpy(mask, c->out_buf, c->out_bytes);
     for (int64_t b = 0; b < a->num_reqs; b++) {
         const int64_t len = c->lens[b];
-        const double tol = out_tol(a->q_dtype, len) * c->max_v[b];
+        const double tol = case_out_tol(a->q_dtype, len) * c->max_v[b];
         for (int64_t i = 0; i < s_q; i++) {
             const int64_t t = b * s_q + i, n = visible(len, s_q, i);
             for (int64_t h = 0; h < H; h++) {
@@ -463,7 +463,7 @@ void dcase_check(const dcase *c, const char *backend)
                                  "out[%lld][%lld][%lld] = %.9g, want %.9g: |err| %.3g > %.3g x "
                                  "max|V| %.4g", backend, c->label, (long long)b, (long long)len,
                                  (long long)i, (long long)t, (long long)h, (long long)l, got,
-                                 want, err, out_tol(a->q_dtype, len), c->max_v[b]);
+                                 want, err, case_out_tol(a->q_dtype, len), c->max_v[b]);
                     worst = err > worst ? err : worst;
                 }
                 if (n > 0 && c->max_v[b] > 0)
@@ -514,9 +514,9 @@ void dcase_print_accuracy(void)
 {
     print_message("[ ACCURACY ] decode, worst |out - oracle| / max|V|: f32 %.2e (tol >= %.0e), "
                   "bf16 %.2e (tol %.0e), f16 %.2e (tol %.0e); worst |lse - oracle| %.2e "
-                  "(tol %.0e)\n", worst_out[MLA_DTYPE_F32], out_tol(MLA_DTYPE_F32, 0),
-                  worst_out[MLA_DTYPE_BF16], out_tol(MLA_DTYPE_BF16, 0),
-                  worst_out[MLA_DTYPE_F16], out_tol(MLA_DTYPE_F16, 0), worst_lse, LSE_TOL);
+                  "(tol %.0e)\n", worst_out[MLA_DTYPE_F32], case_out_tol(MLA_DTYPE_F32, 0),
+                  worst_out[MLA_DTYPE_BF16], case_out_tol(MLA_DTYPE_BF16, 0),
+                  worst_out[MLA_DTYPE_F16], case_out_tol(MLA_DTYPE_F16, 0), worst_lse, LSE_TOL);
 }
 
 /* ---- mla_decode_forward cases ------------------------------------------------------ */

@@ -62,6 +62,8 @@
 #define GUARD 0xab
 #define MARGIN 64 /* guard bytes before and after every output buffer */
 #define LSE_TOL 1e-4
+/* The out tolerance above, relative to max|V|, for `len` keys. */
+double case_out_tol(mla_dtype q_dtype, int64_t len);
 
 extern const mla_dtype case_q_dtypes[3];     /* f32, bf16, f16      */
 extern const mla_dtype case_cache_dtypes[5]; /* those and both fp8s */

@@ -44,7 +44,7 @@ static const struct {
     {"cvt_e5m2_f32", "test_convert"}, {"copy_stream", "test_cache"},
     {"store_fence", "test_cache"},    {"gemm_f32", "test_gemm"},
     {"gemm_bf16", "test_gemm"},       {"gemm_f16f16", "test_gemm"},
-    {"gemm_bf16dot", "test_gemm_bf16dot"},
+    {"gemm_bf16dot", "test_gemm_bf16dot"}, {"scale_add_f32", "test_merge"},
 };
 
 static const mla_kernel_slot *find_slot(const char *name)

@@ -62,5 +62,34 @@ static inline int mla_team_size(int64_t work, int64_t min_per_thread, int thread
  * so one layout serves every ISA and each backend's softmax and exp run on
  * whole vectors; the padding rows cost at most 15 columns of the GEMMs. */
 #define MLA_ATTN_ROW_MULTIPLE 16
+/* Prefill: query blocks (of up to MLA_ATTN_MAX_ROWS rows) that share one
+ * pass over a head's keys, so each key tile is fetched (and copied or
+ * widened) once per group rather than once per block. Causal 192/128, H=16,
+ * T=2048 on one Sapphire Rapids class core: 1 block per pass 94-103
+ * GFLOP/s, 2 blocks 113, 4 and 8 the same within noise (the key tile
+ * fetch is then a few percent); 2 keeps a thread's scratch near 0.5 MB. */
+#define MLA_PREFILL_GROUP_BLOCKS 2
+
+/* ---- the packed GEMM (the kv_b_proj up-projection) ------------------------ */
+
+/* Rows of A per row block: a block's widened A ([depth][rows], column by
+ * column) is what one tile's micro-kernel calls broadcast from. */
+#define MLA_PACKED_GEMM_MC 64
+/* Depth per k block: later blocks resume from C with c_scale = ones. */
+#define MLA_PACKED_GEMM_KC 512
+/* Columns per segment piece, at most. */
+#define MLA_PACKED_GEMM_NC 128
+/* Rows per packed A micro-panel. */
+#define MLA_PACKED_GEMM_MR 8
+/* Columns per packed W strip. */
+#define MLA_PACKED_GEMM_NR 48
+
+/* ---- merge_attn_states ------------------------------------------------------ */
+
+/* Elements of a row merged per step: both partials widened to f32 and their
+ * sum, 3 x 4 KiB of stack per thread, stay in L1. Every MLA head dim (128,
+ * 192) is one step, so a row's weights are computed once; wider rows take
+ * several steps with the same weights, so the bits do not depend on it. */
+#define MLA_MERGE_CHUNK 1024
 
 #endif

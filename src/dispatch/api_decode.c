@@ -116,16 +116,6 @@ static mla_status layout_of(const char *fn, const mla_decode_args *a, const mla_
     return MLA_OK;
 }
 
-static mla_status check_workspace(const char *fn, const void *workspace, int64_t bytes, int64_t need)
-{
-    if (!workspace)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: workspace is NULL", fn);
-    if (bytes < need)
-        return mla_fail(MLA_ERR_CAPACITY, "%s: workspace of %lld bytes, need %lld (its "
-                        "*_workspace_size query)", fn, (long long)bytes, (long long)need);
-    return MLA_OK;
-}
-
 /* Builds the schedule at the start of the workspace (any alignment, sized
  * by layout_of) and runs the driver behind it. */
 static mla_status run_decode(const char *fn, const mla_decode_args *a, const mla_kv_cache *c,
@@ -179,7 +169,7 @@ mla_status mla_decode(const mla_decode_args *args, void *workspace, int64_t work
     ws_layout w;
     if ((st = layout_of(fn, args, &p, t, &w)) != MLA_OK)
         return st;
-    if ((st = check_workspace(fn, workspace, workspace_bytes, w.total)) != MLA_OK)
+    if ((st = mla_check_workspace(fn, workspace, workspace_bytes, w.total)) != MLA_OK)
         return st;
     mla_config cfg = {.q_dtype = args->q_dtype, .cache_dtype = c.dtype,
                       .kv_lora_rank = args->kv_lora_rank, .rope_dim = args->rope_dim,
@@ -339,7 +329,7 @@ mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspa
     mla_status st = check_forward(fn, args, t, &w);
     if (st != MLA_OK)
         return st;
-    if ((st = check_workspace(fn, workspace, workspace_bytes, w.total)) != MLA_OK)
+    if ((st = mla_check_workspace(fn, workspace, workspace_bytes, w.total)) != MLA_OK)
         return st;
     char *base = mla_align_ptr(workspace);
     void *q_lat = base, *o_lat = base + w.q_lat;

@@ -105,3 +105,29 @@ mla_status mla_check_view(const char *fn, const char *what, const void *p, int64
                         (long long)head_stride, (long long)width);
     return MLA_OK;
 }
+
+mla_status mla_check_workspace(const char *fn, const void *workspace, int64_t bytes, int64_t need)
+{
+    if (!workspace)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: workspace is NULL", fn);
+    if (bytes < need)
+        return mla_fail(MLA_ERR_CAPACITY, "%s: workspace of %lld bytes, need %lld (its "
+                        "*_workspace_size query)", fn, (long long)bytes, (long long)need);
+    return MLA_OK;
+}
+
+mla_span mla_view_span(const void *p, int64_t tokens, int64_t heads, int64_t width,
+                       int64_t token_stride, int64_t head_stride, mla_dtype dtype)
+{
+    if (!p || tokens == 0 || heads == 0 || width == 0)
+        return (mla_span){NULL, NULL};
+    int64_t last = (tokens - 1) * token_stride + (heads - 1) * head_stride + width;
+    return (mla_span){p, (const char *)p + last * mla_dtype_size(dtype)};
+}
+
+mla_status mla_check_apart(const char *fn, const char *out, mla_span o, const char *in, mla_span i)
+{
+    if (o.lo < o.hi && i.lo < i.hi && o.lo < i.hi && i.lo < o.hi)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s overlaps %s", fn, out, in);
+    return MLA_OK;
+}

@@ -17,6 +17,17 @@ mla_status mla_check_view(const char *fn, const char *what, const void *p, int64
                           int64_t heads, int64_t width, int64_t token_stride, int64_t head_stride,
                           mla_dtype dtype, bool rows_disjoint);
 
+/* The bytes [lo, hi) a [tokens, heads, width] view spans (empty without
+ * elements). The view must have passed mla_check_view. */
+typedef struct mla_span {
+    const char *lo, *hi;
+} mla_span;
+mla_span mla_view_span(const void *p, int64_t tokens, int64_t heads, int64_t width,
+                       int64_t token_stride, int64_t head_stride, mla_dtype dtype);
+
+/* An output must not share a byte with an input it is computed from. */
+mla_status mla_check_apart(const char *fn, const char *out, mla_span o, const char *in, mla_span i);
+
 /* Checks a cache and copies it to *out with its zero (dense) strides
  * resolved. */
 mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cache *out);
@@ -25,6 +36,9 @@ mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cac
  * must name a block of the cache. */
 mla_status mla_check_block_id(const char *fn, const mla_kv_cache *cache, const int32_t *block_table,
                               int64_t cols, int64_t row, int64_t col);
+
+/* A caller's workspace: non-NULL and at least `need` bytes. */
+mla_status mla_check_workspace(const char *fn, const void *workspace, int64_t bytes, int64_t need);
 
 /* threads <= 0 means mla_default_threads(). */
 int mla_resolve_threads(int threads);

@@ -1,4 +1,4 @@
-/* AVX2 vector exp (Sleef, 1-ulp). */
+/* AVX2 vector exp (Sleef, 1-ulp) and scale-add. */
 #include "kernels/kernels.h"
 
 #include <immintrin.h>
@@ -16,4 +16,16 @@ void mla_exp_f32__avx2(const float *src, float *dst, int64_t n)
         _mm256_storeu_ps(tail, Sleef_expf8_u10avx2(_mm256_loadu_ps(tail)));
         memcpy(dst + i, tail, (size_t)(n - i) * sizeof(float));
     }
+}
+
+/* A separate multiply and add, never _mm256_fmadd_ps: ref's two roundings. */
+void mla_scale_add_f32__avx2(float *y, const float *x, float w, int64_t n)
+{
+    const __m256 wv = _mm256_set1_ps(w);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
+                                              _mm256_mul_ps(wv, _mm256_loadu_ps(x + i))));
+    for (; i < n; i++) /* the same two roundings in scalar SSE */
+        y[i] = y[i] + w * x[i];
 }

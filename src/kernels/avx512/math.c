@@ -1,4 +1,4 @@
-/* AVX-512 vector exp (Sleef, 1-ulp). */
+/* AVX-512 vector exp (Sleef, 1-ulp) and scale-add. */
 #include "kernels/kernels.h"
 
 #include "util.h"
@@ -12,5 +12,17 @@ void mla_exp_f32__avx512(const float *src, float *dst, int64_t n)
         __mmask16 m = mla_tail_mask16(n - i);
         __m512 e = Sleef_expf16_u10avx512f(_mm512_maskz_loadu_ps(m, src + i));
         _mm512_mask_storeu_ps(dst + i, m, e);
+    }
+}
+
+/* A separate multiply and add, never _mm512_fmadd_ps: ref's two roundings. */
+void mla_scale_add_f32__avx512(float *y, const float *x, float w, int64_t n)
+{
+    const __m512 wv = _mm512_set1_ps(w);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mla_tail_mask16(n - i);
+        __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
+                                   _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(m, x + i)));
+        _mm512_mask_storeu_ps(y + i, m, sum);
     }
 }

@@ -89,25 +89,48 @@ static float empty_if_inf(float lse)
     return lse == INFINITY ? -INFINITY : lse;
 }
 
-float mla_attn_merge_row(float *dst, int64_t width, const float *o, int64_t o_stride,
-                         const float *lse, int64_t lse_stride, int64_t count)
+/* The largest LSE, empty ones read as -inf; NaN if any is NaN (a plain
+ * `v > mx` would skip it, and a NaN beside empty partials would come out as
+ * an empty row). */
+static float merge_max(const float *lse, int64_t lse_stride, int64_t count)
 {
     float mx = -INFINITY;
     for (int64_t q = 0; q < count; q++) {
         float v = empty_if_inf(lse[q * lse_stride]);
-        mx = v > mx ? v : mx;
+        mx = v > mx || isnan(v) ? v : mx; /* once NaN, stays NaN */
     }
+    return mx;
+}
+
+float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const float *o,
+                         int64_t o_stride, const float *lse, int64_t lse_stride, int64_t count)
+{
+    float mx = merge_max(lse, lse_stride, count);
     memset(dst, 0, (size_t)width * sizeof(float));
     if (mx == -INFINITY)
         return -INFINITY;
+    /* a NaN max makes every weight, dst and the result NaN from here on */
     float sum = 0.0f;
     for (int64_t q = 0; q < count; q++)
         sum += expf(empty_if_inf(lse[q * lse_stride]) - mx);
     for (int64_t q = 0; q < count; q++) {
         float w = expf(empty_if_inf(lse[q * lse_stride]) - mx) / sum;
-        const float *oq = o + q * o_stride;
-        for (int64_t e = 0; e < width; e++)
-            dst[e] += w * oq[e];
+        k->scale_add_f32(dst, o + q * o_stride, w, width);
     }
+    return mx + logf(sum);
+}
+
+float mla_attn_merge_pair(const mla_kernels *k, float *dst, int64_t width, const float *prefix,
+                          const float *suffix, const float lse[2])
+{
+    float mx = merge_max(lse, 1, 2);
+    memset(dst, 0, (size_t)width * sizeof(float));
+    if (mx == -INFINITY)
+        return -INFINITY;
+    /* mla_attn_merge_row's expressions for count 2, each exp once */
+    const float e0 = expf(empty_if_inf(lse[0]) - mx), e1 = expf(empty_if_inf(lse[1]) - mx);
+    const float sum = 0.0f + e0 + e1;
+    k->scale_add_f32(dst, prefix, e0 / sum, width);
+    k->scale_add_f32(dst, suffix, e1 / sum, width);
     return mx + logf(sum);
 }

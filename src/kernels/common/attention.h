@@ -65,11 +65,19 @@ float mla_attn_finish_row(float *o, int64_t width, float m, float l);
 
 /* Merges `count` partial results of one row, in index order: partial q is
  * o + q * o_stride with LSE lse[q * lse_stride]. dst = sum_q w_q o_q with
- * w_q = e^(lse_q - max) / sum_q e^(lse_q - max); returns max + ln(sum).
- * A partial whose LSE is +inf or -inf is empty; when all are, dst = 0 and
- * the result is -inf. A NaN LSE propagates. With count 2 this is
- * merge_attn_states on one row (docs/semantics.md §4). */
-float mla_attn_merge_row(float *dst, int64_t width, const float *o, int64_t o_stride,
-                         const float *lse, int64_t lse_stride, int64_t count);
+ * w_q = e^(lse_q - max) / sum_q e^(lse_q - max), accumulated from 0 in q
+ * order on k->scale_add_f32 (so every backend gives the same bits); returns
+ * max + ln(sum). A partial whose LSE is +inf or -inf is empty; when all
+ * are, dst = 0 and the result is -inf. A NaN LSE among them makes dst and
+ * the result NaN. With count 2 this is merge_attn_states on one row
+ * (docs/semantics.md §4). dst must not overlap the partials. */
+float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const float *o,
+                         int64_t o_stride, const float *lse, int64_t lse_stride, int64_t count);
+
+/* mla_attn_merge_row of two partials that lie apart (prefix, then suffix,
+ * with LSEs lse[0], lse[1]): the same bits, each weight's exp computed once.
+ * merge_attn_states' row. */
+float mla_attn_merge_pair(const mla_kernels *k, float *dst, int64_t width, const float *prefix,
+                          const float *suffix, const float lse[2]);
 
 #endif

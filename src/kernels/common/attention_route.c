@@ -26,9 +26,9 @@ static void pack_q_f32(const mla_attn_route *route, const mla_kernels *k, void *
 }
 
 static void scores_f32(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
-                       int64_t stride, const void *qt, float *s)
+                       int64_t stride, const void *qt, float *s, const float *c_scale)
 {
-    k->gemm_f32(n, ld, d, keys, stride, 1, qt, ld, s, ld, NULL);
+    k->gemm_f32(n, ld, d, keys, stride, 1, qt, ld, s, ld, c_scale);
 }
 
 static void values_f32(const mla_kernels *k, const mla_attn_values *v)
@@ -59,9 +59,9 @@ static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *
 /* ---- bf16 dot --------------------------------------------------------------- */
 
 static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
-                           int64_t stride, const void *qt, float *s)
+                           int64_t stride, const void *qt, float *s, const float *c_scale)
 {
-    k->gemm_bf16dot(n, ld, d, keys, stride / 2, 1, qt, 2 * ld, s, ld, NULL);
+    k->gemm_bf16dot(n, ld, d, keys, stride / 2, 1, qt, 2 * ld, s, ld, c_scale);
 }
 
 /* dst[2e] = even[e], dst[2e + 1] = odd[e] (0 without an odd row). */
@@ -104,9 +104,9 @@ static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
 /* ---- f16 ------------------------------------------------------------------ */
 
 static void scores_f16(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
-                       int64_t stride, const void *qt, float *s)
+                       int64_t stride, const void *qt, float *s, const float *c_scale)
 {
-    k->gemm_f16f16(n, ld, d, keys, stride, 1, qt, ld, s, ld, NULL);
+    k->gemm_f16f16(n, ld, d, keys, stride, 1, qt, ld, s, ld, c_scale);
 }
 
 /* P rounded to f16; V read in place. */
@@ -211,9 +211,9 @@ double mla_attn_route_speedup(const mla_kernels *k, const mla_attn_route *route)
     double best_f32 = 1e30, best_half = 1e30;
     for (int r = 0; r < PROBE_REPS; r++) {
         double t0 = now();
-        route_f32.scores(k, PROBE_M, PROBE_N, PROBE_K, a, PROBE_K, b, c);
+        route_f32.scores(k, PROBE_M, PROBE_N, PROBE_K, a, PROBE_K, b, c, NULL);
         double t1 = now();
-        route->scores(k, PROBE_M, PROBE_N, PROBE_K, a16, PROBE_K, b16, c);
+        route->scores(k, PROBE_M, PROBE_N, PROBE_K, a16, PROBE_K, b16, c, NULL);
         double t2 = now();
         best_f32 = t1 - t0 < best_f32 ? t1 - t0 : best_f32;
         best_half = t2 - t1 < best_half ? t2 - t1 : best_half;

@@ -59,9 +59,11 @@ typedef struct mla_attn_route {
                    int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
                    mla_dtype q_dtype, float scale, float *row);
     /* S[j][r] for n key rows (stride elements apart, d wide) in place:
-     * s + j * ld. */
+     * s + j * ld. c_scale NULL starts S from 0; an all-ones c_scale adds to
+     * S, continuing each element's chain (keys split over two arrays, as
+     * MLA's k_nope and shared k_pe, give the bits of one array). */
     void (*scores)(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
-                   int64_t stride, const void *qt, float *s);
+                   int64_t stride, const void *qt, float *s, const float *c_scale);
     void (*values)(const mla_kernels *k, const mla_attn_values *v);
 } mla_attn_route;
 

@@ -217,7 +217,7 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
         if (rows_in_place(c)) {
             prefetch_rows(c, pf, run->count);
             c->route->scores(c->k, run->count, s->mb, s->d, run->rows, stride, qt,
-                             sc + run->first * s->mb);
+                             sc + run->first * s->mb, NULL);
             continue;
         }
         for (int64_t j = 0; j < run->count; j += MLA_ATTN_WIDEN_ROWS) {
@@ -226,7 +226,8 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
             prefetch_rows(c, pf, n);
             float *rows = kf + (run->first + j) * s->d;
             widen_rows(c, rows, (const char *)run->rows + j * stride * c->elem_cache, n, stride);
-            c->route->scores(c->k, n, s->mb, s->d, rows, s->d, qt, sc + (run->first + j) * s->mb);
+            c->route->scores(c->k, n, s->mb, s->d, rows, s->d, qt, sc + (run->first + j) * s->mb,
+                             NULL);
         }
     }
 }
@@ -348,8 +349,8 @@ static void combine_row(const decode_ctx *c, float *tmp, int64_t b, int64_t rr, 
 {
     const mla_decode_args *a = c->a;
     const int64_t rows = c->shape.rows, len = c->shape.l;
-    float lse = mla_attn_merge_row(tmp, len, c->partial + (slot0 * rows + rr) * len, rows * len,
-                                   c->partial_lse + slot0 * rows + rr, rows, splits);
+    float lse = mla_attn_merge_row(c->k, tmp, len, c->partial + (slot0 * rows + rr) * len,
+                                   rows * len, c->partial_lse + slot0 * rows + rr, rows, splits);
     int64_t i = rr / a->num_heads, h = rr % a->num_heads, t = b * a->s_q + i;
     mla_convert_run(c->k, (char *)a->out + (t * a->out_token_stride + h * a->out_head_stride) * c->elem_q,
                     a->q_dtype, tmp, MLA_DTYPE_F32, len, 1.0f);

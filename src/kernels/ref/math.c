@@ -1,4 +1,4 @@
-/* Reference vector exp. */
+/* Reference vector exp and scale-add. */
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -7,4 +7,12 @@ void mla_exp_f32__ref(const float *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         dst[i] = expf(src[i]);
+}
+
+/* Two roundings as written: the Makefile's -ffp-contract=off keeps the
+ * compiler from fusing them into an FMA. */
+void mla_scale_add_f32__ref(float *y, const float *x, float w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] + w * x[i];
 }

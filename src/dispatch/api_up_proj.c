@@ -1,0 +1,161 @@
+/* Public kv_b_proj up-projection (mla.h, §1.7 step 1): check every argument
+ * -> size the workspace -> pick the MLA_OP_PREFILL backend -> run the packed
+ * GEMM driver. Nothing is written before every check has passed. */
+#include "checks.h"
+#include "dispatch.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/size.h"
+#include "kernels/common/gemm_packed.h"
+
+#include <stddef.h>
+
+/* Dims, dtypes and the sizes they imply: what the workspace query reads. */
+static mla_status check_shape(const char *fn, const mla_up_proj_args *a)
+{
+    if (!a)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
+    if (a->num_tokens < 0 || a->num_heads < 1 || a->kv_lora_rank < 0 || a->qk_nope_dim < 1 ||
+        a->v_head_dim < 1)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_tokens %lld, num_heads %lld, "
+                        "kv_lora_rank %lld, qk_nope_dim %lld, v_head_dim %lld (need >= 0, >= 1, "
+                        ">= 0, >= 1, >= 1)", fn, (long long)a->num_tokens, (long long)a->num_heads,
+                        (long long)a->kv_lora_rank, (long long)a->qk_nope_dim,
+                        (long long)a->v_head_dim);
+    const mla_dtype dtypes[] = {a->kv_c_dtype, a->w_dtype, a->out_dtype};
+    const char *const names[] = {"kv_c", "kv_b_proj", "out"};
+    for (int i = 0; i < 3; i++)
+        if (!mla_dtype_is_float(dtypes[i]))
+            return mla_fail(MLA_ERR_UNSUPPORTED, "%s: %s dtype %s (need f32, bf16 or f16)", fn,
+                            names[i], mla_dtype_name(dtypes[i]));
+    int64_t rows, bytes;
+    if (__builtin_add_overflow(a->qk_nope_dim, a->v_head_dim, &rows) ||
+        !mla_mul_size(rows, a->num_heads, &rows) ||
+        !mla_span_bytes(rows, a->kv_lora_rank, a->kv_lora_rank, mla_dtype_size(a->w_dtype), &bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: kv_b_proj of %lld heads x (%lld + %lld) rows x %lld "
+                        "overflows", fn, (long long)a->num_heads, (long long)a->qk_nope_dim,
+                        (long long)a->v_head_dim, (long long)a->kv_lora_rank);
+    return MLA_OK;
+}
+
+static mla_span k_nope_span(const mla_up_proj_args *a)
+{
+    return mla_view_span(a->k_nope, a->num_tokens, a->num_heads, a->qk_nope_dim,
+                         a->k_nope_token_stride, a->k_nope_head_stride, a->out_dtype);
+}
+
+static mla_span v_span(const mla_up_proj_args *a)
+{
+    return mla_view_span(a->v, a->num_tokens, a->num_heads, a->v_head_dim, a->v_token_stride,
+                         a->v_head_stride, a->out_dtype);
+}
+
+/* k_nope and v may share a buffer when their rows interleave, as a caller's
+ * [S, H, P + V] buffer has them: the same strides, one's row ending before
+ * the other's starts, and the two rows together not overlapping the next
+ * (token, head) cell. */
+static mla_status check_outputs_apart(const char *fn, const mla_up_proj_args *a)
+{
+    const int64_t S = a->num_tokens, H = a->num_heads, P = a->qk_nope_dim, V = a->v_head_dim;
+    const mla_span k = k_nope_span(a), v = v_span(a);
+    if (!(k.lo < v.hi && v.lo < k.hi))
+        return MLA_OK;
+    const int64_t size = mla_dtype_size(a->out_dtype);
+    const ptrdiff_t gap = v.lo - k.lo;
+    bool same_strides = a->k_nope_token_stride == a->v_token_stride &&
+                        a->k_nope_head_stride == a->v_head_stride;
+    if (same_strides && gap % size == 0 && gap / size >= P)
+        return mla_check_view(fn, "k_nope and v", a->k_nope, S, H, gap / size + V,
+                              a->v_token_stride, a->v_head_stride, a->out_dtype, true);
+    if (same_strides && gap % size == 0 && -gap / size >= V)
+        return mla_check_view(fn, "v and k_nope", a->v, S, H, -gap / size + P, a->v_token_stride,
+                              a->v_head_stride, a->out_dtype, true);
+    return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: k_nope and v rows overlap", fn);
+}
+
+/* Neither output may overlap an input: the driver reads W while it writes. */
+static mla_status check_inputs_apart(const char *fn, const mla_up_proj_args *a)
+{
+    const int64_t L = a->kv_lora_rank;
+    const mla_span kv_c = mla_view_span(a->kv_c, a->num_tokens, 1, L, a->kv_c_stride, 0,
+                                        a->kv_c_dtype);
+    const mla_span w = mla_view_span(a->kv_b_proj, a->num_heads * (a->qk_nope_dim + a->v_head_dim),
+                                     1, L, L, 0, a->w_dtype);
+    const mla_span k = k_nope_span(a), v = v_span(a);
+    mla_status st;
+    if ((st = mla_check_apart(fn, "k_nope", k, "kv_c", kv_c)) ||
+        (st = mla_check_apart(fn, "k_nope", k, "kv_b_proj", w)) ||
+        (st = mla_check_apart(fn, "v", v, "kv_c", kv_c)))
+        return st;
+    return mla_check_apart(fn, "v", v, "kv_b_proj", w);
+}
+
+/* Everything but the workspace. */
+static mla_status check_args(const char *fn, const mla_up_proj_args *a)
+{
+    mla_status st = check_shape(fn, a);
+    if (st != MLA_OK)
+        return st;
+    const int64_t S = a->num_tokens, H = a->num_heads, L = a->kv_lora_rank;
+    if ((st = mla_check_rows(fn, "kv_c", a->kv_c, S, a->kv_c_stride, L, a->kv_c_dtype)) ||
+        (st = mla_check_rows(fn, "kv_b_proj", a->kv_b_proj, H * (a->qk_nope_dim + a->v_head_dim),
+                             L, L, a->w_dtype)) ||
+        (st = mla_check_view(fn, "k_nope", a->k_nope, S, H, a->qk_nope_dim, a->k_nope_token_stride,
+                             a->k_nope_head_stride, a->out_dtype, true)) ||
+        (st = mla_check_view(fn, "v", a->v, S, H, a->v_head_dim, a->v_token_stride,
+                             a->v_head_stride, a->out_dtype, true)))
+        return st;
+    if (S == 0)
+        return MLA_OK;
+    if ((st = check_outputs_apart(fn, a)) != MLA_OK)
+        return st;
+    return check_inputs_apart(fn, a);
+}
+
+static mla_status workspace_bytes(const char *fn, const mla_up_proj_args *a, int threads,
+                                  int64_t *bytes)
+{
+    int64_t n = a->num_heads * (a->qk_nope_dim + a->v_head_dim); /* checked in check_shape */
+    if (!mla_gemm_packed_workspace(a->num_tokens, n, a->kv_lora_rank, threads, bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace for %lld tokens x %lld overflows", fn,
+                        (long long)a->num_tokens, (long long)a->kv_lora_rank);
+    return MLA_OK;
+}
+
+mla_status mla_up_proj_workspace_size(const mla_up_proj_args *args, int threads, int64_t *bytes)
+{
+    static const char fn[] = "mla_up_proj_workspace_size";
+    mla_status st = check_shape(fn, args);
+    if (st != MLA_OK)
+        return st;
+    if (!bytes)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
+    return workspace_bytes(fn, args, mla_resolve_threads(threads), bytes);
+}
+
+mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace, int64_t workspace_bytes_given,
+                       int threads)
+{
+    static const char fn[] = "mla_up_proj";
+    mla_status st = check_args(fn, args);
+    if (st != MLA_OK)
+        return st;
+    int t = mla_resolve_threads(threads);
+    int64_t need;
+    if ((st = workspace_bytes(fn, args, t, &need)) != MLA_OK ||
+        (st = mla_check_workspace(fn, workspace, workspace_bytes_given, need)) != MLA_OK)
+        return st;
+    /* the depth the kernels run, in whole bf16 pairs (at least one, as a
+     * config needs), so the route dispatch weighs is the one the driver takes */
+    int64_t depth = args->kv_lora_rank > 0 ? mla_round_up(args->kv_lora_rank, 2) : 2;
+    mla_config cfg = {.q_dtype = args->kv_c_dtype, .cache_dtype = args->w_dtype,
+                      .kv_lora_rank = depth, .rope_dim = 0, .num_heads = args->num_heads,
+                      .block_size = 1};
+    const mla_kernels *k;
+    const char *backend;
+    if ((st = mla_dispatch(MLA_OP_PREFILL, &cfg, &k, &backend)) != MLA_OK)
+        return st;
+    mla_up_proj_run(k, args, workspace, t);
+    mla_note_backend(backend);
+    return MLA_OK;
+}

@@ -1,0 +1,333 @@
+/*
+ * Varlen flash attention driver. A unit of work is one head of one pass: up
+ * to MLA_ATTN_MAX_ROWS consecutive queries of a request (a q-tile). Per
+ * tile of MLA_ATTN_TILE keys it runs the attention core, as decode does:
+ *
+ *   scores  S[j][r] = sum_d K[j][d] * Qt[d][r]      (keys along S's rows)
+ *   softmax online over S's columns, masked on the causal diagonal
+ *   P.V     O[r][e] = alpha[r] * O[r][e] + sum_j P[j][r] * V[j][e]
+ *
+ * with the attention route's kernels (attention_route.h): f32, or the
+ * backend's bf16/f16 route when the inputs have its dtype. Keys and values
+ * are read in place where the route's GEMMs can (f32 inputs; a half route's
+ * own dtype); otherwise each tile's rows are widened to f32 once and shared
+ * by all of the pass's query rows. MLA's shared k_pe is never broadcast:
+ * the scores GEMM runs over k_nope, then continues each element's chain over
+ * k_pe (an all-ones c_scale), which gives the bits of one concatenated key.
+ *
+ * Up to MLA_PREFILL_GROUP_BLOCKS consecutive blocks of one head walk the
+ * keys together (a unit of work), so each key tile is fetched once for all
+ * of them. A causal block stops at the last key its last query sees, so
+ * tiles above the diagonal are skipped; the tile that straddles it is
+ * masked by the softmax. Units are handed to threads costliest first
+ * (dynamic), which keeps the long units at the bottom of a causal triangle
+ * from finishing last; each block depends only on its inputs, so the
+ * result is the same for any thread count or grouping.
+ */
+#include "flash_attn.h"
+
+#include "attention.h"
+#include "attention_route.h"
+#include "core/policy.h"
+#include "core/size.h"
+#include "elementwise.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows of a block, padded: the scratch arrays' row count. */
+#define LD_MAX ((MLA_ATTN_MAX_ROWS + MLA_ATTN_ROW_MULTIPLE - 1) / MLA_ATTN_ROW_MULTIPLE * MLA_ATTN_ROW_MULTIPLE)
+/* The all-ones array scales both S's rows (keys) and O's (queries). */
+#define ONES (LD_MAX > MLA_ATTN_TILE ? LD_MAX : MLA_ATTN_TILE)
+#define GROUP MLA_PREFILL_GROUP_BLOCKS
+
+/* A unit of work: blocks [block0, block0 + blocks) of request `seq`, block
+ * i holding its queries [i * block_rows, min((i + 1) * block_rows, n_q)). */
+typedef struct fa_unit {
+    int64_t seq, block0, blocks, block_rows, cost;
+} fa_unit;
+
+/* Per-thread scratch, offsets in floats; the per-block arrays GROUP times. */
+typedef struct fa_scratch {
+    int64_t qt, s, o, m, l, alpha;   /* per block, each `stride` floats on */
+    int64_t qt_n, s_n, o_n, rows_n;  /* one block's share of each         */
+    int64_t kf, vf, qrow, ones, route, total;
+} fa_scratch;
+
+static fa_scratch scratch_of(const mla_flash_attn_args *a)
+{
+    fa_scratch x;
+    int64_t at = 0, step = MLA_ALIGN / (int64_t)sizeof(float);
+    x.qt_n = mla_round_up(a->qk_dim * LD_MAX, step);
+    x.s_n = mla_round_up(MLA_ATTN_TILE * LD_MAX, step);
+    x.o_n = mla_round_up(LD_MAX * a->v_dim, step);
+    x.rows_n = mla_round_up(LD_MAX, step);
+#define PLACE(field, floats) x.field = at, at += mla_round_up(floats, step)
+    PLACE(qt, GROUP * x.qt_n);
+    PLACE(s, GROUP * x.s_n);
+    PLACE(o, GROUP * x.o_n);
+    PLACE(m, GROUP * x.rows_n);
+    PLACE(l, GROUP * x.rows_n);
+    PLACE(alpha, GROUP * x.rows_n);
+    PLACE(kf, MLA_ATTN_TILE * a->qk_dim);
+    PLACE(vf, MLA_ATTN_TILE * a->v_dim);
+    PLACE(qrow, a->qk_dim);
+    PLACE(ones, ONES);
+    PLACE(route, mla_attn_route_scratch_floats(LD_MAX, a->v_dim));
+#undef PLACE
+    x.total = at;
+    return x;
+}
+
+/* At most this many units: each request of n > 0 queries has
+ * ceil(n / MLA_ATTN_MAX_ROWS) <= n / MLA_ATTN_MAX_ROWS + 1 blocks, so at most
+ * that many units too. */
+static int64_t max_units(const mla_flash_attn_args *a)
+{
+    int64_t nonempty = a->num_seqs < a->total_q ? a->num_seqs : a->total_q;
+    return a->total_q / MLA_ATTN_MAX_ROWS + nonempty;
+}
+
+bool mla_flash_attn_workspace(const mla_flash_attn_args *a, int threads, int64_t *bytes)
+{
+    int64_t units, scratch, total;
+    if (!mla_mul_size(max_units(a), (int64_t)sizeof(fa_unit), &units) ||
+        !mla_mul_size(scratch_of(a).total, (int64_t)threads * (int64_t)sizeof(float), &scratch) ||
+        __builtin_add_overflow(mla_round_up(units, MLA_ALIGN), scratch, &total) ||
+        __builtin_add_overflow(total, (int64_t)MLA_ALIGN, &total))
+        return false;
+    *bytes = total;
+    return true;
+}
+
+/* ---- one unit -------------------------------------------------------------- */
+
+typedef struct fa_ctx {
+    const mla_kernels *k;
+    const mla_flash_attn_args *a;
+    const mla_attn_route *route;
+    fa_scratch x;
+    int64_t elem, nope;  /* bytes per element; k_nope's width Dqk - R      */
+    bool in_place;       /* the route's GEMMs read k and v as they are      */
+    float score_scale;   /* applied to S: 1 where Qt carries the scale      */
+} fa_ctx;
+
+/* One block of a unit: its queries, causal rule and online-softmax state. */
+typedef struct fa_block {
+    int64_t t0, rows, ld, end; /* first query (of all T), rows, padded, keys seen */
+    mla_attn_causal causal;
+    mla_attn_rows st;
+    void *qt;
+    float *s, *o;
+} fa_block;
+
+static const char *row_of(const fa_ctx *c, const void *base, int64_t t, int64_t t_stride, int64_t h,
+                          int64_t h_stride)
+{
+    return (const char *)base + (t * t_stride + h * h_stride) * c->elem;
+}
+
+/* Block g of unit u for head h in the thread's scratch: its queries packed
+ * for the route's scores GEMM (Qt, ld rows, padding rows 0) and a fresh
+ * online softmax. */
+static fa_block start_block(const fa_ctx *c, float *ws, const fa_unit *u, int64_t g, int64_t h)
+{
+    const mla_flash_attn_args *a = c->a;
+    const fa_scratch *x = &c->x;
+    const int64_t n_q = a->cu_seqlens_q[u->seq + 1] - a->cu_seqlens_q[u->seq];
+    const int64_t n_k = a->cu_seqlens_k[u->seq + 1] - a->cu_seqlens_k[u->seq];
+    const int64_t row0 = (u->block0 + g) * u->block_rows;
+    fa_block blk = {.t0 = a->cu_seqlens_q[u->seq] + row0,
+                    .rows = n_q - row0 < u->block_rows ? n_q - row0 : u->block_rows,
+                    /* bottom-right aligned: query i sees keys j <= n_k - n_q + i */
+                    .causal = {.last_key0 = n_k - n_q, .row0 = row0, .rows_per_query = 1},
+                    .qt = ws + x->qt + g * x->qt_n, .s = ws + x->s + g * x->s_n,
+                    .o = ws + x->o + g * x->o_n};
+    blk.ld = mla_round_up(blk.rows, MLA_ATTN_ROW_MULTIPLE);
+    blk.end = a->causal ? mla_attn_causal_end(&blk.causal, blk.rows) : n_k;
+    blk.end = blk.end < 0 ? 0 : blk.end < n_k ? blk.end : n_k;
+    blk.st = (mla_attn_rows){.nr = blk.rows, .ld = blk.ld, .m = ws + x->m + g * x->rows_n,
+                             .l = ws + x->l + g * x->rows_n, .alpha = ws + x->alpha + g * x->rows_n};
+    memset(blk.qt, 0, (size_t)(a->qk_dim * blk.ld * c->route->q_elem));
+    for (int64_t r = 0; r < blk.rows; r++)
+        c->route->pack_q(c->route, c->k, blk.qt, blk.ld, r,
+                         row_of(c, a->q, blk.t0 + r, a->q_token_stride, h, a->q_head_stride),
+                         a->qk_dim, NULL, 0, a->dtype, a->scale, ws + x->qrow);
+    mla_attn_rows_start(&blk.st, blk.o, a->v_dim);
+    return blk;
+}
+
+/* Key and value rows [key, key + n) of head h as f32, into kf [n][Dqk]
+ * (k_nope then k_pe) and vf [n][Dv]. */
+static void widen_tile(const fa_ctx *c, float *ws, int64_t key, int64_t n, int64_t h)
+{
+    const mla_flash_attn_args *a = c->a;
+    float *kf = ws + c->x.kf, *vf = ws + c->x.vf;
+    for (int64_t j = key; j < key + n; j++, kf += a->qk_dim, vf += a->v_dim) {
+        mla_convert_run(c->k, kf, MLA_DTYPE_F32, row_of(c, a->k, j, a->k_token_stride, h, a->k_head_stride),
+                        a->dtype, c->nope, 1.0f);
+        if (a->rope_dim > 0)
+            mla_convert_run(c->k, kf + c->nope, MLA_DTYPE_F32, row_of(c, a->k_pe, j, a->k_pe_token_stride, 0, 0),
+                            a->dtype, a->rope_dim, 1.0f);
+        mla_convert_run(c->k, vf, MLA_DTYPE_F32, row_of(c, a->v, j, a->v_token_stride, h, a->v_head_stride),
+                        a->dtype, a->v_dim, 1.0f);
+    }
+}
+
+/* The block's S for keys [key, key + n) of head h: over kf, or in place
+ * over k_nope and then k_pe. */
+static void tile_scores(const fa_ctx *c, float *ws, const fa_block *b, int64_t key, int64_t n, int64_t h)
+{
+    const mla_flash_attn_args *a = c->a;
+    if (!c->in_place) {
+        c->route->scores(c->k, n, b->ld, a->qk_dim, ws + c->x.kf, a->qk_dim, b->qt, b->s, NULL);
+        return;
+    }
+    c->route->scores(c->k, n, b->ld, c->nope, row_of(c, a->k, key, a->k_token_stride, h, a->k_head_stride),
+                     a->k_token_stride, b->qt, b->s, NULL);
+    if (a->rope_dim > 0)
+        c->route->scores(c->k, n, b->ld, a->rope_dim, row_of(c, a->k_pe, key, a->k_pe_token_stride, 0, 0),
+                         a->k_pe_token_stride, (const char *)b->qt + c->nope * b->ld * c->route->q_elem,
+                         b->s, ws + c->x.ones);
+}
+
+/* The block's O = alpha O + P^T V over values [key, key + n) of head h. */
+static void tile_values(const fa_ctx *c, float *ws, const fa_block *b, int64_t key, int64_t n, int64_t h)
+{
+    const mla_flash_attn_args *a = c->a;
+    const mla_key_run run = {
+        .rows = c->in_place ? row_of(c, a->v, key, a->v_token_stride, h, a->v_head_stride)
+                            : (const void *)(ws + c->x.vf),
+        .count = n, .first = 0};
+    mla_attn_values values = {
+        .ld = b->ld, .width = a->v_dim, .n = n, .s = b->s, .runs = &run, .nruns = 1,
+        .stride = c->in_place ? a->v_token_stride : a->v_dim, .o = b->o, .alpha = b->st.alpha,
+        .ones = ws + c->x.ones, .scratch = ws + c->x.route,
+    };
+    c->route->values(c->k, &values);
+}
+
+/* out and lse of the block's rows: O / l and m + ln l (0 and -inf for a row
+ * that saw no key). */
+static void finish_block(const fa_ctx *c, const fa_block *b, int64_t h)
+{
+    const mla_flash_attn_args *a = c->a;
+    for (int64_t r = 0; r < b->rows; r++) {
+        float *o = b->o + r * a->v_dim;
+        float lse = mla_attn_finish_row(o, a->v_dim, b->st.m[r], b->st.l[r]);
+        char *dst = (char *)a->out + ((b->t0 + r) * a->out_token_stride + h * a->out_head_stride) * c->elem;
+        mla_convert_run(c->k, dst, a->dtype, o, MLA_DTYPE_F32, a->v_dim, 1.0f);
+        if (a->lse)
+            a->lse[h * a->total_q + b->t0 + r] = lse;
+    }
+}
+
+static void run_unit(const fa_ctx *c, float *ws, const fa_unit *u, int64_t h)
+{
+    const mla_flash_attn_args *a = c->a;
+    const int64_t k0 = a->cu_seqlens_k[u->seq];
+    fa_block blocks[GROUP];
+    int64_t end = 0;
+    for (int64_t g = 0; g < u->blocks; g++) {
+        blocks[g] = start_block(c, ws, u, g, h);
+        end = blocks[g].end > end ? blocks[g].end : end;
+    }
+    for (int64_t key = 0; key < end; key += MLA_ATTN_TILE) {
+        int64_t n = end - key < MLA_ATTN_TILE ? end - key : MLA_ATTN_TILE;
+        if (!c->in_place)
+            widen_tile(c, ws, k0 + key, n, h);
+        for (int64_t g = 0; g < u->blocks; g++) {
+            const fa_block *b = &blocks[g];
+            if (key >= b->end)
+                continue;
+            int64_t nb = b->end - key < n ? b->end - key : n;
+            bool masked = a->causal && mla_attn_causal_straddles(&b->causal, key, nb);
+            tile_scores(c, ws, b, k0 + key, nb, h);
+            mla_attn_softmax_tile(c->k, &b->st, b->s, nb, c->score_scale, masked ? &b->causal : NULL, key);
+            tile_values(c, ws, b, k0 + key, nb, h);
+        }
+    }
+    for (int64_t g = 0; g < u->blocks; g++)
+        finish_block(c, &blocks[g], h);
+}
+
+/* ---- units and threads ------------------------------------------------------ */
+
+/* Every request's blocks (its queries split evenly, at most
+ * MLA_ATTN_MAX_ROWS each), GROUP consecutive ones to a unit, with the unit's
+ * cost: rows times the keys they walk, plus a tile's worth of fixed work
+ * per block. Returns how many. */
+static int64_t plan_units(const mla_flash_attn_args *a, fa_unit *out)
+{
+    int64_t count = 0;
+    for (int64_t b = 0; b < a->num_seqs; b++) {
+        int64_t n_q = a->cu_seqlens_q[b + 1] - a->cu_seqlens_q[b];
+        int64_t n_k = a->cu_seqlens_k[b + 1] - a->cu_seqlens_k[b];
+        if (n_q == 0)
+            continue;
+        int64_t blocks = mla_ceil_div(n_q, MLA_ATTN_MAX_ROWS), rows = mla_ceil_div(n_q, blocks);
+        for (int64_t first = 0; first < blocks; first += GROUP) {
+            fa_unit u = {.seq = b, .block0 = first, .block_rows = rows,
+                         .blocks = blocks - first < GROUP ? blocks - first : GROUP};
+            for (int64_t i = first; i < first + u.blocks; i++) {
+                int64_t nr = n_q - i * rows < rows ? n_q - i * rows : rows, keys = n_k;
+                if (a->causal) {
+                    keys = n_k - n_q + i * rows + nr;
+                    keys = keys < 0 ? 0 : keys < n_k ? keys : n_k;
+                }
+                u.cost += nr * (keys + MLA_ATTN_TILE);
+            }
+            out[count++] = u;
+        }
+    }
+    return count;
+}
+
+static int costliest_first(const void *x, const void *y)
+{
+    const fa_unit *p = x, *q = y;
+    if (p->cost != q->cost)
+        return p->cost < q->cost ? 1 : -1;
+    if (p->seq != q->seq)
+        return p->seq < q->seq ? -1 : 1;
+    return p->block0 < q->block0 ? -1 : p->block0 > q->block0;
+}
+
+/* Half routes pack k in pairs along the depth: k_nope's and k_pe's widths
+ * and every key stride must be even. Returns the width to ask the route
+ * table about (2 when all are even, else 1). */
+static int64_t key_parity(const mla_flash_attn_args *a)
+{
+    int64_t nope = a->qk_dim - a->rope_dim;
+    int64_t any = nope | a->rope_dim | a->k_token_stride | a->k_head_stride |
+                  (a->rope_dim > 0 ? a->k_pe_token_stride : 0);
+    return any % 2 == 0 ? 2 : 1;
+}
+
+void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
+                        int threads)
+{
+    int64_t parity = key_parity(a);
+    fa_ctx c = {.k = k, .a = a, .x = scratch_of(a), .elem = mla_dtype_size(a->dtype),
+                .nope = a->qk_dim - a->rope_dim,
+                .route = mla_attn_route_for(k, a->dtype, a->dtype, parity, parity)};
+    c.in_place = c.route->dtype != MLA_DTYPE_F32;
+    c.score_scale = c.route->q_scaled ? 1.0f : a->scale;
+    fa_unit *units = mla_align_ptr(workspace);
+    int64_t count = plan_units(a, units);
+    qsort(units, (size_t)count, sizeof *units, costliest_first);
+    float *scratch = (float *)((char *)units + mla_round_up(max_units(a) * (int64_t)sizeof(fa_unit),
+                                                            MLA_ALIGN));
+    const int64_t work = count * a->num_heads;
+    int team = work < threads ? (int)(work > 0 ? work : 1) : threads;
+#pragma omp parallel num_threads(team)
+    {
+        float *ws = scratch + omp_get_thread_num() * c.x.total;
+        for (int64_t r = 0; r < ONES; r++)
+            ws[c.x.ones + r] = 1.0f;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t w = 0; w < work; w++)
+            run_unit(&c, ws, &units[w / a->num_heads], w % a->num_heads);
+    }
+}

@@ -1,0 +1,20 @@
+/*
+ * Variable-length flash attention forward (docs/semantics.md §1.7): the
+ * prefill path's attention of each request's queries over its own keys,
+ * every head with its own k and v. The public entry (dispatch/) checks the
+ * arguments; this driver tiles and runs them on the attention core.
+ */
+#ifndef MLA_COMMON_FLASH_ATTN_H
+#define MLA_COMMON_FLASH_ATTN_H
+
+#include "mla_backend.h"
+
+/* Bytes of workspace a call with these shapes needs on `threads` threads
+ * (reads only the sizes, dims and dtype of a); false on overflow. */
+bool mla_flash_attn_workspace(const mla_flash_attn_args *a, int threads, int64_t *bytes);
+
+/* Runs a checked call. workspace holds mla_flash_attn_workspace's bytes. */
+void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
+                        int threads);
+
+#endif

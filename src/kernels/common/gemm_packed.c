@@ -1,0 +1,295 @@
+#include "gemm_packed.h"
+
+#include "core/policy.h"
+#include "core/size.h"
+#include "elementwise.h"
+
+#include <omp.h>
+#include <stddef.h>
+
+enum {
+    MC = MLA_PACKED_GEMM_MC,
+    KC = MLA_PACKED_GEMM_KC,
+    NC = MLA_PACKED_GEMM_NC,
+    NR = MLA_PACKED_GEMM_NR,
+    MR = MLA_PACKED_GEMM_MR,
+};
+
+/* Elements widened per piece on the stack while packing. */
+enum { PIECE = 256 };
+
+/* Floats of a region, rounded up to whole MLA_ALIGN lines. */
+static int64_t aligned_floats(int64_t floats)
+{
+    return mla_round_up(floats, MLA_ALIGN / (int64_t)sizeof(float));
+}
+
+/* ---- the workspace ---------------------------------------------------------- */
+
+/* [ones: MC | A: m x k2 | B: n x k2 | per thread: C tile MC x NC], in floats,
+ * k2 the depth in whole pairs; the bf16 route's 16-bit A and B fit the same
+ * regions. */
+typedef struct layout {
+    int64_t k2, a, b, total;
+} layout;
+
+static bool layout_of(int64_t m, int64_t n, int64_t k, int threads, layout *l)
+{
+    int64_t tiles, total;
+    l->k2 = mla_round_up(k, 2);
+    if (!mla_mul_size(m, l->k2, &l->a) || !mla_mul_size(n, l->k2, &l->b) || l->a > INT64_MAX / 8 ||
+        l->b > INT64_MAX / 8 || !mla_mul_size(aligned_floats(MC * NC), threads, &tiles))
+        return false;
+    l->a = aligned_floats(l->a);
+    l->b = aligned_floats(l->b);
+    return !__builtin_add_overflow(aligned_floats(MC) + l->a, l->b, &total) &&
+           !__builtin_add_overflow(total, tiles, &total) &&
+           mla_mul_size(total, sizeof(float), &total) &&
+           !__builtin_add_overflow(total, MLA_ALIGN, &l->total);
+}
+
+bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, int threads, int64_t *bytes)
+{
+    layout l;
+    if (!layout_of(m, n, k, threads, &l))
+        return false;
+    *bytes = l.total;
+    return true;
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+
+/* Elements [p0, p0 + n) of a row of dtype as f32: in place when f32, else
+ * widened into buf. */
+static const float *piece_f32(const mla_kernels *kern, const void *row, mla_dtype dtype,
+                              int64_t p0, int64_t n, float *buf)
+{
+    const char *src = (const char *)row + p0 * mla_dtype_size(dtype);
+    if (dtype == MLA_DTYPE_F32)
+        return (const float *)src;
+    mla_convert_run(kern, buf, MLA_DTYPE_F32, src, dtype, n, 1.0f);
+    return buf;
+}
+
+/* dst[p * ld] = row[p] for p < k, widened to f32: one row of A into its
+ * block's columns, or one W row into a strip's column. */
+static void scatter_f32(const mla_kernels *kern, const void *row, mla_dtype dtype, int64_t k,
+                        float *dst, int64_t ld)
+{
+    float buf[PIECE];
+    for (int64_t p0 = 0; p0 < k; p0 += PIECE) {
+        int64_t n = k - p0 < PIECE ? k - p0 : PIECE;
+        const float *x = piece_f32(kern, row, dtype, p0, n, buf);
+        for (int64_t p = 0; p < n; p++)
+            dst[(p0 + p) * ld] = x[p];
+    }
+}
+
+/* The bf16 pairs of one row, pair q at dst[q * ld] (two elements), an odd k
+ * completed by a zero. */
+static void scatter_pairs(const uint16_t *row, int64_t k, uint16_t *dst, int64_t ld)
+{
+    for (int64_t p = 0; p < k; p++)
+        dst[(p / 2) * ld + p % 2] = row[p];
+    if (k % 2)
+        dst[(k / 2) * ld + 1] = 0;
+}
+
+/* `rows` rows of k elements (ld apart, dtype) into a [k][rows] block column
+ * by column: f32, X(i, p) at blk[p * rows + i]; bf16 pairs, at
+ * blk16[2 * (i + (p/2) * rows) + p%2]. A row block of A, or a strip of W. */
+static void pack_rows(const mla_kernels *kern, const void *src, mla_dtype dtype, int64_t ld,
+                      int64_t rows, int64_t k, bool dot, void *blk)
+{
+    const int64_t size = mla_dtype_size(dtype);
+    for (int64_t i = 0; i < rows; i++) {
+        const char *row = (const char *)src + i * ld * size;
+        if (dot)
+            scatter_pairs((const uint16_t *)row, k, (uint16_t *)blk + 2 * i, 2 * rows);
+        else
+            scatter_f32(kern, row, dtype, k, (float *)blk + i, rows);
+    }
+}
+
+/* ---- the packed operands --------------------------------------------------------- */
+
+/* Where the packed operands are, and how a call runs. Offsets count the
+ * packed elements (floats, or bf16 halves on the dot route). */
+typedef struct packed {
+    const mla_kernels *kern;
+    const mla_packed_gemm *g;
+    bool dot;
+    int64_t k2;
+    void *a, *b;
+    const float *ones;
+} packed;
+
+static void *at(const packed *pk, void *base, int64_t offset)
+{
+    return pk->dot ? (void *)((uint16_t *)base + offset) : (void *)((float *)base + offset);
+}
+
+static int64_t block_rows(const packed *pk, int64_t r)
+{
+    return pk->g->m - r * MC < MC ? pk->g->m - r * MC : MC;
+}
+
+static int64_t strip_width(const mla_gemm_segment *s, int64_t j0)
+{
+    return s->width - j0 < NR ? s->width - j0 : NR;
+}
+
+/* Rows of A's micro-panel u (MR rows from u * MR). */
+static int64_t panel_rows(const packed *pk, int64_t u)
+{
+    return pk->g->m - u * MR < MR ? pk->g->m - u * MR : MR;
+}
+
+/* Micro-panel u of A at offset u * MR * k2, [k][rows]. */
+static void pack_a_panel(const packed *pk, int64_t u)
+{
+    const mla_packed_gemm *g = pk->g;
+    const char *src = (const char *)g->a + u * MR * g->lda * mla_dtype_size(g->a_dtype);
+    pack_rows(pk->kern, src, g->a_dtype, g->lda, panel_rows(pk, u), g->k, pk->dot,
+              at(pk, pk->a, u * MR * pk->k2));
+}
+
+/* The segment's W rows, strip by strip: columns [col + j0, col + j0 + w) at
+ * offset (col + j0) * k2, [k][w]. */
+static void pack_segment(const packed *pk, const mla_gemm_segment *s)
+{
+    const mla_packed_gemm *g = pk->g;
+    const int64_t size = mla_dtype_size(g->w_dtype);
+    for (int64_t j0 = 0; j0 < s->width; j0 += NR)
+        pack_rows(pk->kern, (const char *)s->w + j0 * g->ldw * size, g->w_dtype, g->ldw,
+                  strip_width(s, j0), g->k, pk->dot, at(pk, pk->b, (s->col + j0) * pk->k2));
+}
+
+/* ---- tiles ------------------------------------------------------------------- */
+
+/* C rows of row block r of the segment, k block by k block, each an exact
+ * resume of the last (one FMA chain, or one dot-product chain, per element);
+ * within a k block strip by strip, so that each strip's block stays in L1
+ * while the row block's micro-panels pass over it from L2. */
+static void tile_product(const packed *pk, const mla_gemm_segment *s, int64_t r, float *c,
+                         int64_t ldc)
+{
+    const int64_t depth = pk->dot ? pk->k2 : pk->g->k; /* the pad pair is the dot's */
+    const int64_t u0 = r * (MC / MR), u1 = mla_ceil_div(r * MC + block_rows(pk, r), MR);
+    for (int64_t p0 = 0; p0 == 0 || p0 < depth; p0 += KC) {
+        int64_t kc = depth - p0 < KC ? depth - p0 : KC;
+        const float *scale = p0 > 0 ? pk->ones : NULL;
+        for (int64_t j0 = 0; j0 < s->width; j0 += NR) {
+            int64_t w = strip_width(s, j0);
+            const void *b = at(pk, pk->b, (s->col + j0) * pk->k2 + p0 * w);
+            for (int64_t u = u0; u < u1; u++) {
+                int64_t rows = panel_rows(pk, u);
+                const void *a = at(pk, pk->a, u * MR * pk->k2 + p0 * rows);
+                float *cu = c + (u - u0) * MR * ldc + j0;
+                if (pk->dot)
+                    pk->kern->gemm_bf16dot(rows, w, kc, a, 1, rows, b, 2 * w, cu, ldc, scale);
+                else
+                    pk->kern->gemm_f32(rows, w, kc, a, 1, rows, b, w, cu, ldc, scale);
+            }
+        }
+    }
+}
+
+/* One tile: into C itself when f32, else through the thread's f32 tile,
+ * rounded once. */
+static void run_tile(const packed *pk, const mla_gemm_segment *s, int64_t r, float *c_tile)
+{
+    const mla_packed_gemm *g = pk->g;
+    const int64_t rows = block_rows(pk, r), size = mla_dtype_size(g->c_dtype);
+    char *c = (char *)s->c + r * MC * s->ldc * size;
+    if (g->c_dtype == MLA_DTYPE_F32) {
+        tile_product(pk, s, r, (float *)c, s->ldc);
+        return;
+    }
+    tile_product(pk, s, r, c_tile, s->width);
+    for (int64_t i = 0; i < rows; i++)
+        mla_convert_run(pk->kern, c + i * s->ldc * size, g->c_dtype, c_tile + i * s->width,
+                        MLA_DTYPE_F32, s->width, 1.0f);
+}
+
+/* The bf16 dot-product route: both operands bf16 and the backend has the
+ * kernel (dispatch passed over a backend whose route timed slower here). */
+static bool use_bf16dot(const mla_kernels *kern, const mla_packed_gemm *g)
+{
+    return kern->gemm_bf16dot && g->a_dtype == MLA_DTYPE_BF16 && g->w_dtype == MLA_DTYPE_BF16;
+}
+
+/* Packs A's micro-panels and W's segments (a static share each), then runs
+ * tiles [first, last) of the (row block, segment) grid, segments inner. */
+static void run_thread(const packed *pk, int64_t blocks, float *c_tile)
+{
+    const mla_packed_gemm *g = pk->g;
+    const int64_t panels = mla_ceil_div(g->m, MR);
+    mla_gemm_segment s;
+#pragma omp for schedule(static)
+    for (int64_t q = 0; q < panels + g->segments; q++) {
+        if (q < panels) {
+            pack_a_panel(pk, q);
+        } else {
+            g->segment(g->ctx, q - panels, &s);
+            pack_segment(pk, &s);
+        }
+    }
+    /* the loop's barrier: both operands are whole */
+    const int64_t tiles = blocks * g->segments, id = omp_get_thread_num(), n = omp_get_num_threads();
+    for (int64_t q = tiles * id / n; q < tiles * (id + 1) / n; q++) {
+        g->segment(g->ctx, q % g->segments, &s);
+        run_tile(pk, &s, q / g->segments, c_tile);
+    }
+}
+
+void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *workspace, int threads)
+{
+    layout l;
+    if (g->m == 0 || g->segments == 0 || !layout_of(g->m, g->n, g->k, threads, &l))
+        return;
+    float *ones = mla_align_ptr(workspace);
+    for (int i = 0; i < MC; i++)
+        ones[i] = 1.0f;
+    float *a = ones + aligned_floats(MC), *b = a + l.a, *c_tiles = b + l.b;
+    const packed pk = {.kern = kern, .g = g, .dot = use_bf16dot(kern, g), .k2 = l.k2, .a = a,
+                       .b = b, .ones = ones};
+    const int64_t blocks = mla_ceil_div(g->m, MC), tiles = blocks * g->segments;
+    const int team = tiles < threads ? (int)tiles : threads;
+#pragma omp parallel num_threads(team)
+    run_thread(&pk, blocks, c_tiles + omp_get_thread_num() * aligned_floats(MC * NC));
+}
+
+/* ---- the up-projection ------------------------------------------------------ */
+
+/* Segment `index` of the up-projection: head index / pieces, then its k_nope
+ * pieces before its v pieces (the W rows' order). */
+static void up_proj_segment(const void *ctx, int64_t index, mla_gemm_segment *out)
+{
+    const mla_up_proj_args *a = ctx;
+    const int64_t P = a->qk_nope_dim, V = a->v_head_dim, L = a->kv_lora_rank;
+    const int64_t k_pieces = mla_ceil_div(P, NC), pieces = k_pieces + mla_ceil_div(V, NC);
+    const int64_t h = index / pieces, q = index % pieces, size = mla_dtype_size(a->out_dtype);
+    const bool is_k = q < k_pieces;
+    const int64_t col = (is_k ? q : q - k_pieces) * NC, dim = is_k ? P : V;
+    out->col = h * (P + V) + (is_k ? 0 : P) + col;
+    out->w = (const char *)a->kv_b_proj + out->col * L * mla_dtype_size(a->w_dtype);
+    out->c = is_k ? (char *)a->k_nope + (h * a->k_nope_head_stride + col) * size
+                  : (char *)a->v + (h * a->v_head_stride + col) * size;
+    out->ldc = is_k ? a->k_nope_token_stride : a->v_token_stride;
+    out->width = dim - col < NC ? dim - col : NC;
+}
+
+void mla_up_proj_run(const mla_kernels *kern, const mla_up_proj_args *a, void *workspace,
+                     int threads)
+{
+    const int64_t P = a->qk_nope_dim, V = a->v_head_dim;
+    mla_packed_gemm g = {
+        .m = a->num_tokens, .n = a->num_heads * (P + V), .k = a->kv_lora_rank, .a = a->kv_c,
+        .lda = a->kv_c_stride, .a_dtype = a->kv_c_dtype, .ldw = a->kv_lora_rank,
+        .w_dtype = a->w_dtype, .c_dtype = a->out_dtype,
+        .segments = a->num_heads * (mla_ceil_div(P, NC) + mla_ceil_div(V, NC)),
+        .segment = up_proj_segment, .ctx = a,
+    };
+    mla_gemm_packed(kern, &g, workspace, threads);
+}

@@ -1,0 +1,66 @@
+/*
+ * The packed GEMM driver: C = A . W^T over column segments, with W stored as
+ * nn.Linear stores it (one row of k elements per output column), written
+ * once here on the backend's gemm_f32 (or gemm_bf16dot) micro-kernel.
+ *
+ * Both operands are packed once per call, shared by the threads: A widened
+ * to f32 in row blocks stored column by column (a micro-kernel tile's
+ * broadcasts read consecutive floats), W transposed into strips of
+ * MLA_PACKED_GEMM_NR columns, each [k][strip] contiguous (a strip's k block
+ * stays in L1 while the tiles of a row block pass over it). Each thread
+ * then takes a balanced run of (row block, segment) tiles, row blocks outer
+ * so that a row block of A stays in L2 across the segments, and runs each
+ * tile k block by k block, later blocks resuming with c_scale = ones
+ * (exact). So every element of C is one f32 FMA chain in k order, whatever
+ * the tiling or the thread count: gemm_f32's bits on the widened operands.
+ *
+ * The bf16 dot-product route (A and W bf16, and the backend has
+ * gemm_bf16dot) packs both as bf16 pairs along the depth instead, an odd k
+ * completed by a zero pair, and gives that instruction's arithmetic.
+ */
+#ifndef MLA_COMMON_GEMM_PACKED_H
+#define MLA_COMMON_GEMM_PACKED_H
+
+#include "mla_backend.h"
+
+/* One segment: columns [col, col + width) of C (width <= MLA_PACKED_GEMM_NC),
+ * whose W rows are consecutive (ldw apart) from w, written to m rows of c,
+ * ldc elements apart (c in the output dtype). The segments' columns tile
+ * [0, n). */
+typedef struct mla_gemm_segment {
+    const void *w;
+    void *c;
+    int64_t ldc, col, width;
+} mla_gemm_segment;
+
+typedef struct mla_packed_gemm {
+    int64_t m, n, k;       /* rows of A and C; columns of C; the depth       */
+    const void *a;         /* m rows of k elements, lda apart               */
+    int64_t lda;
+    mla_dtype a_dtype;     /* f32, bf16 or f16                               */
+    int64_t ldw;           /* elements between W rows                        */
+    mla_dtype w_dtype;     /* f32, bf16 or f16                               */
+    mla_dtype c_dtype;     /* f32, bf16 or f16: rounded once from f32        */
+    int64_t segments;
+    /* fills *out with segment `index` (0 .. segments - 1) */
+    void (*segment)(const void *ctx, int64_t index, mla_gemm_segment *out);
+    const void *ctx;
+} mla_packed_gemm;
+
+/* Bytes of workspace mla_gemm_packed needs for an m x n product of depth k
+ * on `threads` threads, on either route (MLA_ALIGN bytes of slack
+ * included); false on overflow. */
+bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, int threads, int64_t *bytes);
+
+/* Runs g with up to `threads` threads; workspace has the bytes above.
+ * Segments' outputs must not overlap each other or the inputs. */
+void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *workspace, int threads);
+
+/* mla_up_proj (mla.h) on checked arguments: per head, its k_nope columns
+ * then its v columns, each in pieces of at most MLA_PACKED_GEMM_NC, are
+ * the segments. workspace: mla_gemm_packed_workspace(S, H * (P + V), L,
+ * threads). */
+void mla_up_proj_run(const mla_kernels *kern, const mla_up_proj_args *a, void *workspace,
+                     int threads);
+
+#endif
