@@ -29,6 +29,10 @@ typedef struct options {
     int q_dtype;                                           /* decode; -1: f32 */
     int64_t parts;   /* decode: schedule parts per call; 0: the op's default */
     bool scaling;                                          /* decode */
+    bool tokens_set, heads_set; /* given: gemm's own defaults differ */
+    bool batch_set;                        /* given: attn's own default differs */
+    int64_t qk_dim, v_dim;                 /* attn: Dqk and Dv (rope_dim of Dqk is k_pe) */
+    bool causal, whole_k;                  /* attn: mask; k whole, not k_nope + k_pe */
     bool json;
 } options;
 
@@ -131,5 +135,8 @@ int cmd_metadata(const options *o, const plan *p); /* bench_metadata.c */
 int cmd_cache_write(const options *o, const plan *p);  /* bench_cache.c */
 int cmd_cache_gather(const options *o, const plan *p); /* bench_cache.c */
 int cmd_decode(const options *o, const plan *p);   /* bench_decode.c */
+int cmd_attn(const options *o, const plan *p);     /* bench_attn.c */
+int cmd_gemm(const options *o, const plan *p);     /* bench_gemm.c */
+int cmd_merge(const options *o, const plan *p);    /* bench_merge.c */
 
 #endif

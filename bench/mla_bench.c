@@ -9,6 +9,13 @@
  *   mla_bench decode  [--threads N] [--backend NAME] [--reps R] [--heads H] [--batch B]
  *             [--ctx C] [--sq S] [--q-dtype D] [--cache-dtype D] [--block-size B]
  *             [--kv-lora-rank L] [--rope-dim R] [--parts N] [--scaling] [--json]
+ *   mla_bench attn    [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
+ *             [--batch B] [--qk-dim D] [--v-dim D] [--rope-dim R] [--whole-k]
+ *             [--causal|--no-causal] [--q-dtype D] [--json]
+ *   mla_bench gemm    [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
+ *             [--kv-lora-rank L] [--q-dtype D] [--json]
+ *   mla_bench merge   [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
+ *             [--q-dtype D] [--json]
  *
  * `peak` measures two ceilings: the FMA throughput of each backend (its
  * fma_probe on every thread at once) and memcpy bandwidth. `convert` times
@@ -68,6 +75,21 @@ static const char usage_text[] =
     "            With --scaling also at 1 thread, then speedup = t1/tT, peak ratio =\n"
     "            peakT/peak1 and speedup / peak ratio (target: >= 0.85 at --batch 1\n"
     "            --heads 128 --ctx 32768)\n"
+    "  attn      mla_flash_attn_varlen (prefill's new-token attention) on --batch\n"
+    "            (default 1) requests of --tokens (default 2048) queries over as many\n"
+    "            keys, --heads (default 16) heads, --qk-dim/--v-dim (192/128) with k\n"
+    "            as k_nope plus a shared k_pe of --rope-dim (64; --whole-k: k whole),\n"
+    "            causal unless --no-causal, in --q-dtype (default f32), with lse, on\n"
+    "            every backend; each timed alternately with its FMA probe\n"
+    "  gemm      mla_up_proj (kv_b_proj up-projection, the packed GEMM): M = --tokens\n"
+    "            (default 2048), K = --kv-lora-rank, N = --heads (default 16) x (128 +\n"
+    "            128), kv_c and W in --q-dtype (f32 or bf16; default f32), f32 out;\n"
+    "            GFLOP/s = 2MNK / time, against each backend's FMA peak\n"
+    "  merge     mla_merge_attn_states of --tokens (default 32768) tokens, --heads\n"
+    "            (default 16) heads of 128, all with context, in --q-dtype (default\n"
+    "            f32), out and out_lse apart; GB/s counts prefix, suffix and out and\n"
+    "            the three LSEs, against a memcpy of as many bytes timed alternately\n"
+    "            with it rep by rep (target: >= 70% of the memcpy)\n"
     "\n"
     "options:\n"
     "  --threads N     only N threads (default: 1 and mla_default_threads();\n"
@@ -92,6 +114,10 @@ static const char usage_text[] =
     "  --parts N       decode: split-KV schedule parts per call (default: one\n"
     "                  per thread), with the op's 16-token blocks and overhead 2\n"
     "  --scaling       decode: also at 1 thread, and the scaling summary\n"
+    "  --qk-dim D      attn: q and k head dim (default 192)\n"
+    "  --v-dim D       attn: v and out head dim (default 128)\n"
+    "  --whole-k       attn: k [S, H, qk-dim] instead of k_nope + shared k_pe\n"
+    "  --causal, --no-causal  attn: causal mask (default) or none\n"
     "  --json          one JSON object per case and line on stdout, nothing else\n"
     "  --help          this text\n"
     "\n"
@@ -114,7 +140,13 @@ static const char usage_text[] =
     "threads batch heads ctx sq q_dtype cache_dtype block_size kv_lora_rank\n"
     "rope_dim median_us gflops bytes gbps peak_gflops pct_peak; --scaling adds\n"
     "op decode_scaling with t1_us tT_us speedup peak1_gflops peakT_gflops\n"
-    "peak_ratio speedup_vs_peak.\n";
+    "peak_ratio speedup_vs_peak.\n"
+    "\n"
+    "attn FLOPs = 2 * heads * (qk-dim + v-dim) * pairs, pairs = the (query, key)\n"
+    "pairs the mask lets through: batch * T(T+1)/2 causal, batch * T^2 not; its\n"
+    "peak is probed alternately with it rep by rep (not first). attn JSON keys: op\n"
+    "backend route threads batch tokens heads qk_dim v_dim rope_dim causal dtype\n"
+    "median_us gflops peak_gflops pct_peak.\n";
 
 static const struct command {
     const char *name;
@@ -127,6 +159,9 @@ static const struct command {
     {"cache-write", cmd_cache_write, true},
     {"cache-gather", cmd_cache_gather, true},
     {"decode", cmd_decode, false},
+    {"attn", cmd_attn, true},
+    {"gemm", cmd_gemm, true},
+    {"merge", cmd_merge, true},
 };
 
 /* ---- arguments ------------------------------------------------------------------ */
@@ -179,7 +214,7 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
                    .block_size = DEFAULT_BLOCK_SIZE, .cache_dtype = -1, .other_dtype = -1,
                    .heads = DEFAULT_HEADS, .batch = DEFAULT_BATCH, .ctx = DEFAULT_CTX, .sq = 1,
                    .kv_lora_rank = DEFAULT_KV_LORA_RANK, .rope_dim = DEFAULT_ROPE_DIM,
-                   .q_dtype = -1};
+                   .q_dtype = -1, .qk_dim = 192, .v_dim = 128, .causal = true};
     *cmd = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -200,8 +235,10 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
             if ((ok = int_arg(argc, argv, &i, 1, MAX_N, &v)))
                 o->n = v;
         } else if (strcmp(a, "--tokens") == 0) {
-            if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v)))
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v))) {
                 o->tokens = v;
+                o->tokens_set = true;
+            }
         } else if (strcmp(a, "--block-size") == 0) {
             if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v)))
                 o->block_size = v;
@@ -210,11 +247,15 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
         } else if (strcmp(a, "--src-dtype") == 0) {
             ok = dtype_arg(argc, argv, &i, &o->other_dtype);
         } else if (strcmp(a, "--heads") == 0) {
-            if ((ok = int_arg(argc, argv, &i, 1, MAX_HEADS, &v)))
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_HEADS, &v))) {
                 o->heads = v;
+                o->heads_set = true;
+            }
         } else if (strcmp(a, "--batch") == 0) {
-            if ((ok = int_arg(argc, argv, &i, 1, MAX_BATCH, &v)))
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_BATCH, &v))) {
                 o->batch = v;
+                o->batch_set = true;
+            }
         } else if (strcmp(a, "--ctx") == 0) {
             if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v)))
                 o->ctx = v;
@@ -234,6 +275,18 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
                 o->parts = v;
         } else if (strcmp(a, "--scaling") == 0) {
             o->scaling = true;
+        } else if (strcmp(a, "--qk-dim") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MLA_FLASH_ATTN_MAX_DIM, &v)))
+                o->qk_dim = v;
+        } else if (strcmp(a, "--v-dim") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MLA_FLASH_ATTN_MAX_DIM, &v)))
+                o->v_dim = v;
+        } else if (strcmp(a, "--whole-k") == 0) {
+            o->whole_k = true;
+        } else if (strcmp(a, "--causal") == 0) {
+            o->causal = true;
+        } else if (strcmp(a, "--no-causal") == 0) {
+            o->causal = false;
         } else if (strcmp(a, "--backend") == 0) {
             if ((ok = i + 1 < argc))
                 o->backend = argv[++i];

@@ -130,11 +130,8 @@ int main(void)
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const mla_backend_desc *b;
         const mla_config *c = op == MLA_OP_CONVERT ? NULL : &cfg;
-        /* prefill's backend can be chosen ahead of the op, which is not in yet */
-        const char *note = op == MLA_OP_PREFILL ? "; the prefill op is not yet available" : "";
         if (mla_select_backend((mla_op)op, c, &b) == MLA_OK)
-            printf("  %-8s -> %s (%s micro-kernels%s)\n", mla_op_name((mla_op)op), b->name, b->isa,
-                   note);
+            printf("  %-8s -> %s (%s micro-kernels)\n", mla_op_name((mla_op)op), b->name, b->isa);
         else
             printf("  %-8s -> error: %s\n", mla_op_name((mla_op)op), mla_last_error());
     }
