@@ -610,7 +610,14 @@ MLA_API mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int th
  * out_dtype. On the f32 route each output is one chain of f32 fused
  * multiply-adds in l order, so every backend gives the same bits; a bf16
  * dot-product route (when kv_c and W are bf16 and the backend's route timed
- * faster at init) gives its instruction's arithmetic. */
+ * faster at init) gives its instruction's arithmetic.
+ * Memory: k_nope and v may share one buffer only as interleaved rows (the
+ * same strides, each (token, head) cell holding one's row before the
+ * other's, as in [S, H, P + V]); neither may overlap kv_c or kv_b_proj.
+ * kv_b_proj is always required; kv_c, k_nope and v may be NULL when they
+ * have no element (S = 0, or L = 0 for kv_c). The workspace holds both
+ * operands packed (about (S + H(P+V)) * L * 4 bytes): size it with
+ * mla_up_proj_workspace_size, which reads shapes and dtypes only. */
 typedef struct mla_up_proj_args {
     int64_t num_tokens;   /* S >= 0                                          */
     int64_t num_heads;    /* H >= 1                                          */
