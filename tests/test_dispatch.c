@@ -138,6 +138,19 @@ static void test_selection_per_cpu(void **state)
         assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "avx512_bf16");
         assert_int_equal(mla_force_backend(MLA_OP_DECODE, NULL), MLA_OK);
     }
+    /* prefill weighs the same route by its own timing (a flash-attention
+     * call), apart from decode's */
+    mla_config bf16_prefill = {.q_dtype = MLA_DTYPE_BF16, .cache_dtype = MLA_DTYPE_BF16,
+                               .kv_lora_rank = 128, .rope_dim = 64, .num_heads = 16,
+                               .block_size = 1};
+    const char *prefill_choice = selected(MLA_OP_PREFILL, &bf16_prefill);
+    if (strcmp(prefill_choice, "avx512_bf16") != 0) {
+        assert_true(real_bf16);
+        assert_string_equal(prefill_choice, "avx512");
+        assert_int_equal(mla_force_backend(MLA_OP_PREFILL, "avx512_bf16"), MLA_OK);
+        assert_string_equal(selected(MLA_OP_PREFILL, &bf16_prefill), "avx512_bf16");
+        assert_int_equal(mla_force_backend(MLA_OP_PREFILL, NULL), MLA_OK);
+    }
     support_use_cpu(&support_cpu_spr_no_zmm_os);
     assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "avx2");
     support_use_cpu(&support_cpu_zen3);

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/common/attention_route.h"
+#include "kernels/common/flash_attn.h"
 #include "kernels/kernels.h"
 
 #include <omp.h>
@@ -29,12 +30,14 @@ typedef struct registry_entry {
     mla_backend_desc desc; /* desc.name / desc.isa point into the arrays below */
     char name[NAME_LEN];
     char isa[NAME_LEN];
-    /* per half-precision route (mla_attn_half_routes): its time against
-     * the backend's f32 route on this CPU, 0 when not timed (the table lacks
-     * its kernel, or this CPU cannot run the backend). Auto-selection passes
-     * over a backend for an attention config that would take a route timed
-     * slower (< 1); forcing it still works. */
-    double route_speedup[MLA_ATTN_HALF_ROUTES];
+    /* per op and half-precision route (mla_attn_half_routes): its time
+     * against the backend's f32 route on this CPU, decode's on its scores
+     * GEMM, prefill's on a flash-attention call (which the up-projection's
+     * packed GEMM follows too); 0 when not timed (the table lacks its
+     * kernel, or this CPU cannot run the backend). Auto-selection passes
+     * over a backend for a config that would take a route timed slower
+     * (< 1) for that op; forcing it still works. */
+    double route_speedup[MLA_OP_COUNT][MLA_ATTN_HALF_ROUTES];
 } registry_entry;
 
 static const char *const op_env[MLA_OP_COUNT] = {
@@ -130,10 +133,14 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     int routes;
     const mla_attn_route *half = mla_attn_half_routes(&routes);
     bool runs_here = (desc->required_caps & ~(g.detected & g.real)) == 0;
-    for (int i = 0; i < routes; i++)
-        e->route_speedup[i] = runs_here && mla_attn_route_available(&e->desc.kernels, &half[i])
-                                  ? mla_attn_route_speedup(&e->desc.kernels, &half[i])
-                                  : 0.0;
+    memset(e->route_speedup, 0, sizeof e->route_speedup);
+    for (int i = 0; i < routes; i++) {
+        if (!runs_here || !mla_attn_route_available(&e->desc.kernels, &half[i]))
+            continue; /* 0: untimed */
+        e->route_speedup[MLA_OP_DECODE][i] = mla_attn_route_speedup(&e->desc.kernels, &half[i]);
+        e->route_speedup[MLA_OP_PREFILL][i] =
+            mla_flash_attn_route_speedup(&e->desc.kernels, &half[i]);
+    }
 }
 
 /* The attention route a table takes for cfg (a dense cache: its row
@@ -146,13 +153,13 @@ static const mla_attn_route *config_route(const mla_kernels *k, const mla_config
 
 /* The speedup timed for `route` in the entry; 0 for the f32 route or an
  * untimed one. */
-static double route_speedup(const registry_entry *e, const mla_attn_route *route)
+static double route_speedup(const registry_entry *e, mla_op op, const mla_attn_route *route)
 {
     int routes;
     const mla_attn_route *half = mla_attn_half_routes(&routes);
     for (int i = 0; i < routes; i++)
         if (route == &half[i])
-            return e->route_speedup[i];
+            return e->route_speedup[op][i];
     return 0.0;
 }
 
@@ -324,11 +331,14 @@ static void log_state(void)
                  why);
         int routes;
         const mla_attn_route *half = mla_attn_half_routes(&routes);
-        for (int j = 0; j < routes; j++)
-            if (g.registry[i].route_speedup[j] > 0.0)
-                log_line("backend %-12s %s route %.2fx its f32 route%s", g.registry[i].name,
-                         half[j].name, g.registry[i].route_speedup[j],
-                         g.registry[i].route_speedup[j] < 1.0 ? ": not auto-selected for it" : "");
+        for (int op = MLA_OP_DECODE; op <= MLA_OP_PREFILL; op++)
+            for (int j = 0; j < routes; j++) {
+                double speedup = g.registry[i].route_speedup[op][j];
+                if (speedup > 0.0)
+                    log_line("backend %-12s %s %s route %.2fx its f32 route%s",
+                             g.registry[i].name, mla_op_name((mla_op)op), half[j].name, speedup,
+                             speedup < 1.0 ? ": not auto-selected for it" : "");
+            }
     }
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const mla_backend_desc *b = NULL;
@@ -525,7 +535,7 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode
         collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
         if (cfg && op != MLA_OP_CONVERT) {
             const mla_attn_route *route = config_route(&g.registry[i].desc.kernels, cfg);
-            double speedup = route_speedup(&g.registry[i], route);
+            double speedup = route_speedup(&g.registry[i], op, route);
             if (speedup > 0.0 && speedup < 1.0)
                 add_reason(&r, "its %s route measured %.2fx its f32 route on this cpu",
                            route->name, speedup);

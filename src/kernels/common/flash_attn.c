@@ -305,13 +305,13 @@ static int64_t key_parity(const mla_flash_attn_args *a)
     return any % 2 == 0 ? 2 : 1;
 }
 
-void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
-                        int threads)
+/* The call on the given route (the one mla_attn_route_for gives, or the
+ * f32 route, which takes any input). */
+static void run_on_route(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
+                         int threads, const mla_attn_route *route)
 {
-    int64_t parity = key_parity(a);
     fa_ctx c = {.k = k, .a = a, .x = scratch_of(a), .elem = mla_dtype_size(a->dtype),
-                .nope = a->qk_dim - a->rope_dim,
-                .route = mla_attn_route_for(k, a->dtype, a->dtype, parity, parity)};
+                .nope = a->qk_dim - a->rope_dim, .route = route};
     c.in_place = c.route->dtype != MLA_DTYPE_F32;
     c.score_scale = c.route->q_scaled ? 1.0f : a->scale;
     fa_unit *units = mla_align_ptr(workspace);
@@ -330,4 +330,66 @@ void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void
         for (int64_t w = 0; w < work; w++)
             run_unit(&c, ws, &units[w / a->num_heads], w % a->num_heads);
     }
+}
+
+void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
+                        int threads)
+{
+    int64_t parity = key_parity(a);
+    run_on_route(k, a, workspace, threads, mla_attn_route_for(k, a->dtype, a->dtype, parity, parity));
+}
+
+/* ---- the prefill route timing ------------------------------------------------- */
+
+/* One causal request of PROBE_T tokens, one head, MLA's 192/128 with a
+ * shared k_pe of 64: a few tiles of each kind (full, diagonal), ~21 MFLOP. */
+enum { PROBE_T = 256, PROBE_QK = 192, PROBE_V = 128, PROBE_R = 64, PROBE_REPS = 3 };
+
+double mla_flash_attn_route_speedup(const mla_kernels *k, const mla_attn_route *route)
+{
+    const int64_t T = PROBE_T, nope = PROBE_QK - PROBE_R;
+    const int32_t cu[2] = {0, PROBE_T};
+    const int64_t elems = T * (PROBE_QK + nope + PROBE_R + 2 * PROBE_V);
+    mla_flash_attn_args a = {
+        .num_seqs = 1, .num_heads = 1, .qk_dim = PROBE_QK, .v_dim = PROBE_V, .rope_dim = PROBE_R,
+        .causal = true, .scale = 0.1f, .dtype = route->dtype, .total_q = T, .total_k = T,
+        .cu_seqlens_q = cu, .cu_seqlens_k = cu,
+        .q_token_stride = PROBE_QK, .q_head_stride = PROBE_QK,
+        .k_token_stride = nope, .k_head_stride = nope, .k_pe_token_stride = PROBE_R,
+        .v_token_stride = PROBE_V, .v_head_stride = PROBE_V,
+        .out_token_stride = PROBE_V, .out_head_stride = PROBE_V};
+    int64_t ws_bytes;
+    if (!mla_flash_attn_workspace(&a, 1, &ws_bytes))
+        return 0.0;
+    uint16_t *data = malloc((size_t)elems * sizeof *data);
+    void *workspace = malloc((size_t)ws_bytes);
+    if (!data || !workspace) {
+        free(data);
+        free(workspace);
+        return 0.0; /* unknown: keep the f32 route */
+    }
+    /* 1 .. 1.76 in either half format: no denormal or overflow slow paths */
+    const bool bf16 = route->dtype == MLA_DTYPE_BF16;
+    for (int64_t i = 0; i < elems; i++)
+        data[i] = (uint16_t)((bf16 ? 0x3f80u : 0x3c00u) + (unsigned)(i % 97) * (bf16 ? 1u : 8u));
+    a.q = data;
+    a.k = data + T * PROBE_QK;
+    a.k_pe = (const uint16_t *)a.k + T * nope;
+    a.v = (const uint16_t *)a.k_pe + T * PROBE_R;
+    a.out = (uint16_t *)a.v + T * PROBE_V;
+    /* alternate the two so both see the same clock and neighbours; min of each */
+    const mla_attn_route *f32 = mla_attn_route_for(k, MLA_DTYPE_F32, MLA_DTYPE_F32, 1, 1);
+    double best_f32 = 1e30, best_half = 1e30;
+    for (int r = 0; r < PROBE_REPS; r++) {
+        double t0 = omp_get_wtime();
+        run_on_route(k, &a, workspace, 1, f32);
+        double t1 = omp_get_wtime();
+        run_on_route(k, &a, workspace, 1, route);
+        double t2 = omp_get_wtime();
+        best_f32 = t1 - t0 < best_f32 ? t1 - t0 : best_f32;
+        best_half = t2 - t1 < best_half ? t2 - t1 : best_half;
+    }
+    free(data);
+    free(workspace);
+    return best_f32 / best_half;
 }
