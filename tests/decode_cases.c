@@ -131,6 +131,25 @@ void *case_random_kvb(mla_dtype dtype, int64_t n, double amp)
 
 /* ---- workspaces --------------------------------------------------------------- */
 
+unsigned char *case_guarded_workspace(int64_t bytes)
+{
+    unsigned char *base = case_alloc((size_t)bytes + 2 * MARGIN);
+    memset(base, GUARD, (size_t)bytes + 2 * MARGIN + 64);
+    return base;
+}
+
+void case_free_guarded_workspace(unsigned char *base, int64_t bytes, int64_t ws_misalign,
+                                 const char *what)
+{
+    char text[400];
+    snprintf(text, sizeof text, "%s: before the workspace", what);
+    case_expect_guards(base, (size_t)(MARGIN + ws_misalign), text);
+    snprintf(text, sizeof text, "%s: after the workspace of %lld bytes", what, (long long)bytes);
+    case_expect_guards(base + MARGIN + ws_misalign + bytes, (size_t)(MARGIN + 64 - ws_misalign),
+                       text);
+    free(base);
+}
+
 /* mla_decode(a), or mla_decode_forward(f) when f is given, with a workspace
  * of exactly the queried size ws_misalign bytes past a 64-byte boundary,
  * whose guard bytes right before and after must survive the call. */
@@ -145,17 +164,10 @@ static mla_status run_in_workspace(const mla_decode_args *a, const mla_decode_fo
                  f ? "mla_decode_forward_workspace_size" : "mla_decode_workspace_size",
                  mla_status_str(st), mla_last_error());
     assert_true(bytes >= 0);
-    unsigned char *base = case_alloc((size_t)bytes + 2 * MARGIN);
-    memset(base, GUARD, (size_t)bytes + 2 * MARGIN + 64);
+    unsigned char *base = case_guarded_workspace(bytes);
     void *ws = base + MARGIN + ws_misalign;
     st = f ? mla_decode_forward(f, ws, bytes, threads) : mla_decode(a, ws, bytes, threads);
-    char text[300];
-    snprintf(text, sizeof text, "%s: before the workspace", what);
-    case_expect_guards(base, (size_t)(MARGIN + ws_misalign), text);
-    snprintf(text, sizeof text, "%s: after the workspace of %lld bytes", what, (long long)bytes);
-    case_expect_guards(base + MARGIN + ws_misalign + bytes, (size_t)(MARGIN + 64 - ws_misalign),
-                       text);
-    free(base);
+    case_free_guarded_workspace(base, bytes, ws_misalign, what);
     return st;
 }
 

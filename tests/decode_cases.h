@@ -72,6 +72,12 @@ extern const mla_dtype case_cache_dtypes[5]; /* those and both fp8s */
 
 /* 64-byte aligned, with 64 bytes of slack for deliberately misaligned views. */
 void *case_alloc(size_t bytes);
+/* Room for a workspace of `bytes` at base + MARGIN + ws_misalign (any
+ * ws_misalign < 64), guard bytes all around; the free checks the guards
+ * outside the workspace, naming `what`, and frees base. */
+unsigned char *case_guarded_workspace(int64_t bytes);
+void case_free_guarded_workspace(unsigned char *base, int64_t bytes, int64_t ws_misalign,
+                                 const char *what);
 double case_uniform(void); /* [-1, 1) */
 /* Element i of array = a random value in [-1, 1) as dtype stores it. */
 void case_put_random(mla_dtype dtype, void *array, int64_t i);

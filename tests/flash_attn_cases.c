@@ -268,16 +268,9 @@ mla_status fa_call(const mla_flash_attn_args *a, int threads, int64_t ws_misalig
         fail_msg("%s: mla_flash_attn_varlen_workspace_size: %s: %s", what, mla_status_str(st),
                  mla_last_error());
     assert_true(bytes >= 0);
-    unsigned char *base = case_alloc((size_t)bytes + 2 * MARGIN);
-    memset(base, GUARD, (size_t)bytes + 2 * MARGIN + 64);
+    unsigned char *base = case_guarded_workspace(bytes);
     st = mla_flash_attn_varlen(a, base + MARGIN + ws_misalign, bytes, threads);
-    char text[400];
-    snprintf(text, sizeof text, "%s: before the workspace", what);
-    case_expect_guards(base, (size_t)(MARGIN + ws_misalign), text);
-    snprintf(text, sizeof text, "%s: after the workspace of %lld bytes", what, (long long)bytes);
-    case_expect_guards(base + MARGIN + ws_misalign + bytes, (size_t)(MARGIN + 64 - ws_misalign),
-                       text);
-    free(base);
+    case_free_guarded_workspace(base, bytes, ws_misalign, what);
     return st;
 }
 

@@ -105,8 +105,6 @@ static mla_status check_args(const char *fn, const mla_up_proj_args *a)
         (st = mla_check_view(fn, "v", a->v, S, H, a->v_head_dim, a->v_token_stride,
                              a->v_head_stride, a->out_dtype, true)))
         return st;
-    if (S == 0)
-        return MLA_OK;
     if ((st = check_outputs_apart(fn, a)) != MLA_OK)
         return st;
     return check_inputs_apart(fn, a);

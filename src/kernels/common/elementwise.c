@@ -119,3 +119,13 @@ void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const
         }
     }
 }
+
+const float *mla_widen_piece(const mla_kernels *k, const void *row, mla_dtype dtype, int64_t first,
+                             int64_t n, float *buf)
+{
+    const char *src = (const char *)row + first * mla_dtype_size(dtype);
+    if (dtype == MLA_DTYPE_F32)
+        return (const float *)src;
+    mla_convert_run(k, buf, MLA_DTYPE_F32, src, dtype, n, 1.0f);
+    return buf;
+}

@@ -36,6 +36,11 @@ void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst,
 /* n elements src_dtype -> dst_dtype, on this thread: a copy when the dtypes
  * match, one kernel when one side is f32, else through f32 in
  * MLA_CONVERT_STAGE pieces. scale is the fp8 side's (mla_cvt_f32_fp8_fn). */
+/* Elements [first, first + n) of a row of dtype as f32: the row itself when
+ * f32, else widened into buf (n floats). */
+const float *mla_widen_piece(const mla_kernels *k, const void *row, mla_dtype dtype, int64_t first,
+                             int64_t n, float *buf);
+
 void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const void *src,
                      mla_dtype src_dtype, int64_t n, float scale);
 

@@ -59,18 +59,6 @@ bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, int threads, int
 
 /* ---- packing ------------------------------------------------------------------ */
 
-/* Elements [p0, p0 + n) of a row of dtype as f32: in place when f32, else
- * widened into buf. */
-static const float *piece_f32(const mla_kernels *kern, const void *row, mla_dtype dtype,
-                              int64_t p0, int64_t n, float *buf)
-{
-    const char *src = (const char *)row + p0 * mla_dtype_size(dtype);
-    if (dtype == MLA_DTYPE_F32)
-        return (const float *)src;
-    mla_convert_run(kern, buf, MLA_DTYPE_F32, src, dtype, n, 1.0f);
-    return buf;
-}
-
 /* dst[p * ld] = row[p] for p < k, widened to f32: one row of A into its
  * block's columns, or one W row into a strip's column. */
 static void scatter_f32(const mla_kernels *kern, const void *row, mla_dtype dtype, int64_t k,
@@ -79,7 +67,7 @@ static void scatter_f32(const mla_kernels *kern, const void *row, mla_dtype dtyp
     float buf[PIECE];
     for (int64_t p0 = 0; p0 < k; p0 += PIECE) {
         int64_t n = k - p0 < PIECE ? k - p0 : PIECE;
-        const float *x = piece_f32(kern, row, dtype, p0, n, buf);
+        const float *x = mla_widen_piece(kern, row, dtype, p0, n, buf);
         for (int64_t p = 0; p < n; p++)
             dst[(p0 + p) * ld] = x[p];
     }

@@ -31,17 +31,6 @@ static void copy_suffix_row(const mla_kernels *k, const mla_merge_attn_args *a, 
         a->out_lse[h * a->num_tokens + t] = a->suffix_lse[h * a->num_tokens + t];
 }
 
-/* Elements [e, e + n) of a row as f32: the row itself when f32, else
- * widened into buf. */
-static const float *piece_f32(const mla_kernels *k, const char *row, mla_dtype dtype, int64_t e,
-                              int64_t n, float *buf)
-{
-    if (dtype == MLA_DTYPE_F32)
-        return (const float *)row + e;
-    mla_convert_run(k, buf, MLA_DTYPE_F32, row + e * mla_dtype_size(dtype), dtype, n, 1.0f);
-    return buf;
-}
-
 /* Row (t, h) with context, in MLA_MERGE_CHUNK pieces: each piece is merged
  * on the stack before the same piece of out is written, so out may be
  * either input exactly (same strides: piece for piece the same bytes). out
@@ -60,8 +49,8 @@ static void merge_row(const mla_kernels *k, const mla_merge_attn_args *a, int64_
     float merged = 0.0f;
     for (int64_t e = 0; e < a->head_dim; e += MLA_MERGE_CHUNK) {
         int64_t n = a->head_dim - e < MLA_MERGE_CHUNK ? a->head_dim - e : MLA_MERGE_CHUNK;
-        merged = mla_attn_merge_pair(k, sum, n, piece_f32(k, p, a->dtype, e, n, in[0]),
-                                     piece_f32(k, s, a->dtype, e, n, in[1]), lse);
+        merged = mla_attn_merge_pair(k, sum, n, mla_widen_piece(k, p, a->dtype, e, n, in[0]),
+                                     mla_widen_piece(k, s, a->dtype, e, n, in[1]), lse);
         const void *piece = sum;
         if (a->dtype != MLA_DTYPE_F32) {
             mla_convert_run(k, half, a->dtype, sum, MLA_DTYPE_F32, n, 1.0f);
