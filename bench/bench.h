@@ -138,5 +138,6 @@ int cmd_decode(const options *o, const plan *p);   /* bench_decode.c */
 int cmd_attn(const options *o, const plan *p);     /* bench_attn.c */
 int cmd_gemm(const options *o, const plan *p);     /* bench_gemm.c */
 int cmd_merge(const options *o, const plan *p);    /* bench_merge.c */
+int cmd_prefill(const options *o, const plan *p);  /* bench_prefill.c */
 
 #endif

@@ -85,6 +85,11 @@ static const char usage_text[] =
     "            (default 2048), K = --kv-lora-rank, N = --heads (default 16) x (128 +\n"
     "            128), kv_c and W in --q-dtype (f32 or bf16; default f32), f32 out;\n"
     "            GFLOP/s = 2MNK / time, against each backend's FMA peak\n"
+    "  prefill   mla_prefill of --batch requests (default 1) of --tokens new tokens\n"
+    "            (default 64) after --ctx cached ones, --heads (default 16), L 512,\n"
+    "            R 64, P = V = 128, --q-dtype over a --cache-dtype cache (bf16), at\n"
+    "            --threads: the MHA and absorbed paths timed alternately, and the\n"
+    "            path the cost model picks\n"
     "  merge     mla_merge_attn_states of --tokens (default 32768) tokens, --heads\n"
     "            (default 16) heads of 128, all with context, in --q-dtype (default\n"
     "            f32), out and out_lse apart; GB/s counts prefix, suffix and out and\n"
@@ -162,6 +167,7 @@ static const struct command {
     {"attn", cmd_attn, true},
     {"gemm", cmd_gemm, true},
     {"merge", cmd_merge, true},
+    {"prefill", cmd_prefill, false},
 };
 
 /* ---- arguments ------------------------------------------------------------------ */

@@ -317,6 +317,8 @@ typedef struct mla_chunk_plan_info {
     int64_t prefill_tokens_with_context; /* qsl_p[n_ctx]                       */
     void *workspace;               /* [W, width] when the plan owns one, else NULL */
     int64_t workspace_tokens;      /* W                                        */
+    int64_t workspace_width;       /* its row width (0: no workspace)          */
+    mla_dtype workspace_dtype;     /* its dtype                                */
 } mla_chunk_plan_info;
 
 /* Plans the context chunks for P prefills (with-context ones first, as the
@@ -639,6 +641,95 @@ typedef struct mla_up_proj_args {
 MLA_API mla_status mla_up_proj_workspace_size(const mla_up_proj_args *args, int threads,
                                               int64_t *bytes);
 MLA_API mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace,
+                               int64_t workspace_bytes, int threads);
+
+/* ------------------------------------------------------------------------ */
+/* The prefill op (§1.7): the prefill part of a step                          */
+/* ------------------------------------------------------------------------ */
+
+/* How a prefill request is computed. MHA: up-project the latent of its new
+ * tokens and of its cached context (gathered chunk by chunk through the
+ * plan's workspace) and run flash attention, the chunks and the new tokens
+ * merged by LSE. ABSORBED: attend in latent space over the paged cache (the
+ * decode kernel with s_q = the new tokens, causal), then W_UV; no gather and
+ * no up-projection, so it costs far less for a short extend of a long
+ * context. AUTO picks per request from a cost model of this CPU
+ * (mla_prefill_choose_path). */
+typedef enum mla_prefill_path {
+    MLA_PREFILL_PATH_AUTO = 0,
+    MLA_PREFILL_PATH_MHA,
+    MLA_PREFILL_PATH_ABSORBED,
+} mla_prefill_path;
+
+/* The prefill requests of a step (after mla_reorder_batch: those with cached
+ * context first). Request r has new tokens [query_start_loc[r],
+ * query_start_loc[r+1]) of T = num_tokens and context_lens[r] tokens already
+ * cached before them; the cache must already hold the new tokens too (written
+ * by mla_concat_and_cache first, as vLLM does), at positions context_lens[r]
+ * onwards of the request's block table row. Token t sees its request's
+ * context and its new tokens up to itself (causal). Element (t, h, d) of q
+ * is q[t*q_token_stride + h*q_head_stride + d], d < P + R (q_nope then
+ * q_pe); kv_c [T, L] and k_pe [T, R] are the new tokens' latent rows as
+ * written to the cache. out[t*out_token_stride + h*V + v] gets the result
+ * in dtype. */
+typedef struct mla_prefill_args {
+    int64_t num_prefills;  /* requests >= 0                                  */
+    int64_t num_tokens;    /* T, the new tokens of all of them               */
+    int64_t num_heads;     /* H >= 1                                         */
+    int64_t kv_lora_rank;  /* L >= 1                                         */
+    int64_t rope_dim;      /* R >= 0; L + R = cache width                    */
+    int64_t qk_nope_dim;   /* P >= 1; P + R <= MLA_FLASH_ATTN_MAX_DIM        */
+    int64_t v_head_dim;    /* V, 1 .. MLA_FLASH_ATTN_MAX_DIM                 */
+    float scale;           /* softmax scale on q.k, finite (§1.4)            */
+    mla_dtype dtype;       /* of q, kv_c, k_pe and out: f32, bf16 or f16     */
+    const int32_t *query_start_loc; /* [num_prefills + 1], from 0 to T      */
+    const int32_t *context_lens;    /* [num_prefills], with-context first   */
+    /* mla_chunk_plan_create(context_lens, query_start_loc, ...) with a
+     * workspace of width L + R in dtype; NULL when no request has context
+     * or every request takes the absorbed path. */
+    const mla_chunk_plan *plan;
+    const mla_kv_cache *cache;      /* any dtype; fp8 uses its scale          */
+    const int32_t *block_table;     /* [num_prefills, block_table_cols]       */
+    int64_t block_table_cols;
+    const void *q;
+    int64_t q_token_stride, q_head_stride;
+    const void *kv_c;               /* [T, L] rows, kv_c_stride apart         */
+    int64_t kv_c_stride;
+    const void *k_pe;               /* [T, R] rows (unused when R = 0)        */
+    int64_t k_pe_stride;
+    /* MHA path: kv_b_proj [H*(P+V), L] as nn.Linear stores it (f32, bf16
+     * or f16). Absorbed path: w_uk_t and w_uv from mla_prepare_weights. A
+     * path's weights may be NULL when no request can take that path. */
+    const void *kv_b_proj;
+    mla_dtype kv_b_proj_dtype;
+    const void *w_uk_t, *w_uv;
+    mla_dtype w_dtype;
+    void *out;                      /* [T, H*V] rows, out_token_stride apart  */
+    int64_t out_token_stride;
+    mla_prefill_path path;          /* AUTO (0) or one path for every request */
+} mla_prefill_args;
+
+/* The path request r of args takes (args->path unless AUTO). The cost model
+ * weighs, with constants measured on x86 servers (src/core/policy.h), the
+ * MHA path's up-projection of context + new tokens and its 192/128-wide
+ * attention against the absorbed path's 576/512-wide attention and its two
+ * absorption GEMMs over the new tokens; the absorbed path wins when the new
+ * tokens are few next to the context. Reads shapes, query_start_loc and
+ * context_lens only. */
+MLA_API mla_prefill_path mla_prefill_choose_path(const mla_prefill_args *args, int64_t request);
+
+/* Workspace bytes of mla_prefill: reads shapes, dtypes, the plan's
+ * workspace_tokens W and threads only (no data pointer); about
+ * T*H*(P+V) + 3*T*H*V elements of dtype, W*H*(P+V) more when a plan is
+ * given, and the largest scratch of the steps (flash attention, the packed
+ * GEMM, the absorbed decode of up to MLA_PREFILL_ABSORBED_PIECE tokens). */
+#define MLA_PREFILL_ABSORBED_PIECE 64
+
+MLA_API mla_status mla_prefill_workspace_size(const mla_prefill_args *args, int threads,
+                                              int64_t *bytes);
+/* Every argument, the plan against the batch and every block id the call
+ * will read are checked before anything is written. */
+MLA_API mla_status mla_prefill(const mla_prefill_args *args, void *workspace,
                                int64_t workspace_bytes, int threads);
 
 /* Whether every backend that would run decode and prefill for cfg accepts

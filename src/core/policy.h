@@ -92,4 +92,18 @@ static inline int mla_team_size(int64_t work, int64_t min_per_thread, int thread
  * several steps with the same weights, so the bits do not depend on it. */
 #define MLA_MERGE_CHUNK 1024
 
+/* ---- the prefill op: which path a request takes ------------------------------ */
+
+/* mla_prefill_choose_path prices each path in FLOPs divided by the fraction
+ * of the FMA peak its kernels reach, plus the bytes it moves times the
+ * machine's balance (FMA peak / memcpy bandwidth, in FLOP per byte). The
+ * fractions are mla_bench's figures for H = 16..128 f32 (bench/RESULTS.md):
+ * the packed GEMM ~0.6, flash attention ~0.7, the absorbed decode ~0.65;
+ * the balance is ~15 on the 16-vCPU Xeon (1300 GFLOP/s, 86 GB/s) and ~16 on
+ * the 2-core dev VM. */
+#define MLA_PREFILL_COST_GEMM_EFF 0.60
+#define MLA_PREFILL_COST_ATTN_EFF 0.70
+#define MLA_PREFILL_COST_DECODE_EFF 0.65
+#define MLA_PREFILL_COST_FLOP_PER_BYTE 16.0
+
 #endif

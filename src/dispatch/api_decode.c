@@ -3,6 +3,7 @@
  * workspace -> pick the MLA_OP_DECODE backend -> run the driver. */
 #include "checks.h"
 #include "dispatch.h"
+#include "ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/policy.h"
@@ -15,23 +16,18 @@
 
 /* Every request's length fits its block table row, and every block id the
  * call will read (columns below ceil(len / block_size)) is a cache block. */
+/* Every request's length fits its block table row, and every block id the
+ * call will read (columns below ceil(len / block_size)) is a cache block. */
 static mla_status check_requests(const char *fn, const mla_decode_args *a, const mla_kv_cache *c)
 {
     for (int64_t b = 0; b < a->num_reqs; b++) {
-        int64_t len = a->seq_lens[b], cols = (len + c->block_size - 1) / c->block_size;
-        if (len < 0)
+        if (a->seq_lens[b] < 0)
             return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%lld] = %lld is negative", fn,
-                            (long long)b, (long long)len);
-        if (cols > a->block_table_cols)
-            return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: seq_lens[%lld] = %lld needs %lld blocks of "
-                            "%lld, past block_table_cols %lld", fn, (long long)b, (long long)len,
-                            (long long)cols, (long long)c->block_size,
-                            (long long)a->block_table_cols);
-        for (int64_t col = 0; col < cols; col++) {
-            mla_status st = mla_check_block_id(fn, c, a->block_table, a->block_table_cols, b, col);
-            if (st != MLA_OK)
-                return st;
-        }
+                            (long long)b, (long long)a->seq_lens[b]);
+        mla_status st = mla_check_request_blocks(fn, c, a->block_table, a->block_table_cols, b,
+                                                 "seq_lens", a->seq_lens[b]);
+        if (st != MLA_OK)
+            return st;
     }
     return MLA_OK;
 }
@@ -254,6 +250,35 @@ static bool region_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *by
     return true;
 }
 
+/* The forward's workspace for attention args `a` (sizes, dtype, seq_lens and
+ * schedule are read) and the P, V of its GEMMs. */
+static mla_status forward_bytes(const char *fn, const mla_decode_args *a, int64_t P, int64_t V,
+                                int threads, forward_layout *w)
+{
+    const int64_t tokens = a->num_reqs * a->s_q; /* checked by the caller */
+    mla_absorb_shape s = {.tokens = tokens, .heads = a->num_heads, .L = a->kv_lora_rank,
+                          .R = a->rope_dim, .P = P, .V = V};
+    mla_decode_sched_params p = sched_params(a, threads);
+    ws_layout dw;
+    mla_status st = layout_of(fn, a, &p, threads, &dw);
+    if (st != MLA_OK)
+        return st;
+    int64_t size = mla_dtype_size(a->q_dtype), lat = a->kv_lora_rank + a->rope_dim;
+    /* mla_absorb_scratch_floats is at most tokens * (P + V + 2L) */
+    int64_t widths = 0, bound;
+    bool widths_fit = !__builtin_add_overflow(P, V, &widths) &&
+                      !__builtin_add_overflow(widths, 2 * a->kv_lora_rank, &widths) &&
+                      mla_mul_size(tokens, widths, &bound);
+    if (!widths_fit || !region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
+        !region_bytes(tokens, a->num_heads, a->kv_lora_rank, size, &w->o_lat) ||
+        !region_bytes(mla_absorb_scratch_floats(&s), threads, sizeof(float), 1, &w->gemm) ||
+        __builtin_add_overflow(MLA_ALIGN + w->q_lat, w->o_lat, &w->total) ||
+        __builtin_add_overflow(w->total, w->gemm, &w->total) ||
+        __builtin_add_overflow(w->total, dw.total, &w->total))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
+    return MLA_OK;
+}
+
 static mla_status check_forward(const char *fn, const mla_decode_forward_args *f, int threads,
                                 forward_layout *w)
 {
@@ -284,26 +309,17 @@ static mla_status check_forward(const char *fn, const mla_decode_forward_args *f
                          f->q_head_stride, a->q_dtype, false)) ||
         (st = mla_check_rows(fn, "out", f->out, tokens, f->out_token_stride, heads_v, a->q_dtype)))
         return st;
-    mla_absorb_shape s = {.tokens = tokens, .heads = a->num_heads, .L = a->kv_lora_rank,
-                          .R = a->rope_dim, .P = f->qk_nope_dim, .V = f->v_head_dim};
-    mla_decode_sched_params p = sched_params(&stand_in, threads);
-    ws_layout dw;
-    if ((st = layout_of(fn, &stand_in, &p, threads, &dw)) != MLA_OK)
-        return st;
-    int64_t size = mla_dtype_size(a->q_dtype), lat = a->kv_lora_rank + a->rope_dim;
-    /* mla_absorb_scratch_floats is at most tokens * (P + V + 2L) */
-    int64_t widths = 0, bound;
-    bool widths_fit = !__builtin_add_overflow(f->qk_nope_dim, f->v_head_dim, &widths) &&
-                      !__builtin_add_overflow(widths, 2 * a->kv_lora_rank, &widths) &&
-                      mla_mul_size(tokens, widths, &bound);
-    if (!widths_fit || !region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
-        !region_bytes(tokens, a->num_heads, a->kv_lora_rank, size, &w->o_lat) ||
-        !region_bytes(mla_absorb_scratch_floats(&s), threads, sizeof(float), 1, &w->gemm) ||
-        __builtin_add_overflow(MLA_ALIGN + w->q_lat, w->o_lat, &w->total) ||
-        __builtin_add_overflow(w->total, w->gemm, &w->total) ||
-        __builtin_add_overflow(w->total, dw.total, &w->total))
-        return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
-    return MLA_OK;
+    return forward_bytes(fn, &stand_in, f->qk_nope_dim, f->v_head_dim, threads, w);
+}
+
+mla_status mla_decode_forward_bytes(const char *fn, const mla_decode_args *shape, int64_t P,
+                                    int64_t V, int threads, int64_t *bytes)
+{
+    forward_layout w = {0};
+    mla_status st = forward_bytes(fn, shape, P, V, threads, &w);
+    if (st == MLA_OK)
+        *bytes = w.total;
+    return st;
 }
 
 mla_status mla_decode_forward_workspace_size(const mla_decode_forward_args *args, int threads,

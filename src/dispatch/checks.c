@@ -67,6 +67,23 @@ mla_status mla_check_block_id(const char *fn, const mla_kv_cache *cache, const i
     return MLA_OK;
 }
 
+mla_status mla_check_request_blocks(const char *fn, const mla_kv_cache *cache,
+                                    const int32_t *block_table, int64_t cols, int64_t row,
+                                    const char *len_name, int64_t len)
+{
+    const int64_t blocks = (len + cache->block_size - 1) / cache->block_size;
+    if (blocks > cols)
+        return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: %s[%lld] = %lld needs %lld blocks of %lld, past "
+                        "block_table_cols %lld", fn, len_name, (long long)row, (long long)len,
+                        (long long)blocks, (long long)cache->block_size, (long long)cols);
+    for (int64_t col = 0; col < blocks; col++) {
+        mla_status st = mla_check_block_id(fn, cache, block_table, cols, row, col);
+        if (st != MLA_OK)
+            return st;
+    }
+    return MLA_OK;
+}
+
 int mla_resolve_threads(int threads)
 {
     return threads > 0 ? threads : mla_default_threads();

@@ -37,6 +37,13 @@ mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cac
 mla_status mla_check_block_id(const char *fn, const mla_kv_cache *cache, const int32_t *block_table,
                               int64_t cols, int64_t row, int64_t col);
 
+/* Request `row` of len tokens (>= 0; len_name[row] in messages) fits its
+ * block table row and every block it occupies (columns below
+ * ceil(len / block_size)) is a cache block. */
+mla_status mla_check_request_blocks(const char *fn, const mla_kv_cache *cache,
+                                    const int32_t *block_table, int64_t cols, int64_t row,
+                                    const char *len_name, int64_t len);
+
 /* A caller's workspace: non-NULL and at least `need` bytes. */
 mla_status mla_check_workspace(const char *fn, const void *workspace, int64_t bytes, int64_t need);
 

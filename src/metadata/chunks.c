@@ -317,6 +317,8 @@ mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *que
         .prefill_tokens_with_context = query_start_loc ? query_start_loc[d.n_ctx] : 0,
         .workspace = workspace,
         .workspace_tokens = workspace_tokens,
+        .workspace_width = workspace ? workspace_width : 0,
+        .workspace_dtype = workspace_dtype,
     };
     *plan = p;
     return MLA_OK;
