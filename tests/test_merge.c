@@ -221,6 +221,16 @@ static int64_t view_elems(int64_t T, int64_t H, int64_t D, int64_t ts, int64_t h
     return T == 0 ? 0 : (T - 1) * ts + (H - 1) * hs + D;
 }
 
+/* Row (t, h) of the prefix and suffix inputs, as f32. */
+static void load_inputs(const merge_data *d, int64_t t, int64_t h, float *pr, float *sr)
+{
+    const merge_case *k = &d->c;
+    for (int64_t e = 0; e < k->D; e++) {
+        pr[e] = oracle_load(k->dtype, d->prefix0, in_index(k, t, h, e), 1.0f);
+        sr[e] = oracle_load(k->dtype, d->suffix0, in_index(k, t, h, e), 1.0f);
+    }
+}
+
 /* Resolves the case's strides, makes its inputs and its expected outputs. */
 static void make_case(merge_data *d, const merge_case *c)
 {
@@ -284,10 +294,7 @@ static void make_case(merge_data *d, const merge_case *c)
     for (int64_t t = 0; t < k->T; t++)
         for (int64_t h = 0; h < k->H; h++) {
             int64_t at = h * k->T + t;
-            for (int64_t e = 0; e < k->D; e++) {
-                pr[e] = oracle_load(k->dtype, d->prefix0, in_index(k, t, h, e), 1.0f);
-                sr[e] = oracle_load(k->dtype, d->suffix0, in_index(k, t, h, e), 1.0f);
-            }
+            load_inputs(d, t, h, pr, sr);
             float lse = d->slse[at];
             if (t < d->K)
                 lse = spec_f32_row(d->plse[at], d->slse[at], pr, sr, k->D, row);
@@ -353,10 +360,7 @@ static void expect_double_formula(const merge_data *d, const void *out, const ch
     for (int64_t t = 0; t < k->T; t++)
         for (int64_t h = 0; h < k->H; h++) {
             int64_t at = h * k->T + t;
-            for (int64_t e = 0; e < k->D; e++) {
-                pr[e] = oracle_load(k->dtype, d->prefix0, in_index(k, t, h, e), 1.0f);
-                sr[e] = oracle_load(k->dtype, d->suffix0, in_index(k, t, h, e), 1.0f);
-            }
+            load_inputs(d, t, h, pr, sr);
             bool past = t >= d->K, exact = past || d->row_exact[at];
             double lse = past ? d->slse[at] : spec_double_row(d->plse[at], d->slse[at], pr, sr,
                                                                  k->D, row);

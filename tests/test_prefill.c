@@ -18,15 +18,12 @@
  * does, each a rounding of u (2^-8 bf16, 2^-11 f16) of values <= max|v| or
  * logit shifts of that order: 6 u (2.4e-2 bf16, 3e-3 f16).
  */
-#include "support.h"
+#include "decode_cases.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
-#define GUARD 0xab
 
 typedef struct pspec {
     mla_dtype dtype, cache_dtype;
@@ -57,11 +54,6 @@ static void *zalloc(size_t bytes)
     return p;
 }
 
-static double uniform(void)
-{
-    return (double)(support_random() >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
 /* mla_convert, or a copy between equal dtypes (which it leaves to memcpy). */
 static void convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src, int64_t n)
 {
@@ -76,7 +68,7 @@ static void *random_array(mla_dtype dtype, int64_t n, double amp)
 {
     float *f = zalloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++)
-        f[i] = (float)(amp * uniform());
+        f[i] = (float)(amp * case_uniform());
     void *x = zalloc((size_t)(n * mla_dtype_size(dtype)));
     convert(dtype, x, MLA_DTYPE_F32, f, n);
     free(f);
@@ -189,7 +181,7 @@ static void pcase_make(pcase *c, const pspec *s)
         float *latent = zalloc((size_t)(len * width + 1) * sizeof(float));
         int64_t *slots = zalloc((size_t)(len + 1) * sizeof(int64_t));
         for (int64_t j = 0; j < len * width; j++)
-            latent[j] = (float)uniform();
+            latent[j] = (float)case_uniform();
         for (int64_t j = 0; j < len; j++)
             slots[j] = (int64_t)c->table[r * c->rows_per_req + j / s->block_size] * s->block_size +
                        j % s->block_size;
@@ -220,7 +212,7 @@ static void pcase_make(pcase *c, const pspec *s)
                                          c->w_dtype, 1), MLA_OK);
     assert_int_equal(mla_chunk_plan_create(s->ctx, c->qsl, s->reqs, s->workspace_tokens,
                                            s->block_size, width, s->dtype, &c->plan), MLA_OK);
-    c->out_bytes = (size_t)(c->T * H * V * c->elem) + 2 * 64;
+    c->out_bytes = (size_t)(c->T * H * V * c->elem) + 2 * MARGIN;
     c->out = zalloc(c->out_bytes);
     c->want = zalloc((size_t)(c->T * H * V + 1) * sizeof(double));
     c->max_v = zalloc((size_t)s->reqs * sizeof(double));
@@ -247,7 +239,7 @@ static mla_prefill_args pcase_args(const pcase *c, mla_prefill_path path)
         .q = c->q, .q_token_stride = s->H * (s->P + s->R), .q_head_stride = s->P + s->R,
         .kv_c = c->kv_c, .kv_c_stride = s->L, .k_pe = c->k_pe, .k_pe_stride = s->R,
         .kv_b_proj = c->kvb, .kv_b_proj_dtype = c->kvb_dtype, .w_uk_t = c->w_uk_t,
-        .w_uv = c->w_uv, .w_dtype = c->w_dtype, .out = (char *)c->out + 64,
+        .w_uv = c->w_uv, .w_dtype = c->w_dtype, .out = (char *)c->out + MARGIN,
         .out_token_stride = s->H * s->V, .path = path};
 }
 
@@ -257,18 +249,13 @@ static mla_status run(pcase *c, const mla_prefill_args *a, int threads)
 {
     int64_t bytes = -1;
     assert_int_equal(mla_prefill_workspace_size(a, threads, &bytes), MLA_OK);
-    unsigned char *ws = malloc((size_t)bytes + 128);
-    assert_non_null(ws);
-    memset(ws, GUARD, (size_t)bytes + 128);
+    unsigned char *ws = case_guarded_workspace(bytes);
     memset(c->out, GUARD, c->out_bytes);
-    mla_status st = mla_prefill(a, ws + 64, bytes, threads);
-    for (int64_t i = 0; i < 64; i++) {
-        assert_int_equal(ws[i], GUARD);
-        assert_int_equal(ws[64 + bytes + i], GUARD);
-        assert_int_equal(((unsigned char *)c->out)[i], GUARD);
-        assert_int_equal(((unsigned char *)c->out)[c->out_bytes - 64 + i], GUARD);
-    }
-    free(ws);
+    mla_status st = mla_prefill(a, ws + MARGIN, bytes, threads);
+    case_free_guarded_workspace(ws, bytes, 0, "mla_prefill");
+    case_expect_guards(c->out, MARGIN, "mla_prefill: before out");
+    case_expect_guards((unsigned char *)c->out + c->out_bytes - MARGIN, MARGIN,
+                       "mla_prefill: after out");
     return st;
 }
 
@@ -281,7 +268,7 @@ static double tolerance(mla_dtype dtype)
 static double check(const pcase *c, const char *what)
 {
     const pspec *s = &c->s;
-    float *got = as_f32(s->dtype, (char *)c->out + 64, c->T * s->H * s->V);
+    float *got = as_f32(s->dtype, (char *)c->out + MARGIN, c->T * s->H * s->V);
     double worst = 0;
     for (int64_t r = 0; r < s->reqs; r++)
         for (int64_t t = c->qsl[r]; t < c->qsl[r + 1]; t++)
@@ -398,7 +385,7 @@ static void test_chunked_equals_unchunked(void **state)
     assert_true(info.num_chunks >= 10);
     const size_t n = (size_t)(c.T * s.H * s.V);
     float *once = zalloc(n * sizeof(float)), *first = zalloc(n * sizeof(float));
-    const float *got = (const float *)((char *)c.out + 64);
+    const float *got = (const float *)((char *)c.out + MARGIN);
     mla_prefill_args a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     assert_int_equal(run(&c, &a, 2), MLA_OK);
     memcpy(once, got, n * sizeof(float));
@@ -437,6 +424,7 @@ static void on_backend(const mla_backend_desc *b, void *ctx)
     mla_status st = run(x->c, &a, 2);
     if (st != MLA_OK)
         fail_msg("%s: %s: %s", what, mla_status_str(st), mla_last_error());
+    support_expect_ran(b);
     check(x->c, what);
     printf("[ BACKEND  ] %s: prefill matches the oracle\n", what);
 }
@@ -487,16 +475,14 @@ static void expect_reject(pcase *c, const mla_prefill_args *a, mla_status want, 
     int64_t bytes = 0;
     mla_prefill_args sized = pcase_args(c, MLA_PREFILL_PATH_AUTO); /* the most any path needs */
     assert_int_equal(mla_prefill_workspace_size(&sized, 1, &bytes), MLA_OK);
-    unsigned char *ws = malloc((size_t)bytes + 64);
-    assert_non_null(ws);
+    void *ws = case_alloc((size_t)bytes);
     memset(c->out, GUARD, c->out_bytes);
     mla_status st = mla_prefill(a, ws, bytes, 1);
     free(ws);
     if (st != want || !support_contains(mla_last_error(), needle))
         fail_msg("want %s with \"%s\", got %s: %s", mla_status_str(want), needle,
                  mla_status_str(st), mla_last_error());
-    for (size_t i = 0; i < c->out_bytes; i++)
-        assert_int_equal(((unsigned char *)c->out)[i], GUARD);
+    case_expect_guards(c->out, c->out_bytes, "rejected call: out");
 }
 
 static void test_rejects(void **state)
@@ -522,8 +508,7 @@ static void test_rejects(void **state)
     mla_status st = mla_prefill(&a, ws, bytes - 1, 1);
     if (st == MLA_OK || !support_contains(mla_last_error(), "workspace"))
         fail_msg("a workspace 1 byte short: %s: %s", mla_status_str(st), mla_last_error());
-    for (size_t i = 0; i < c.out_bytes; i++)
-        assert_int_equal(((unsigned char *)c.out)[i], GUARD);
+    case_expect_guards(c.out, c.out_bytes, "workspace 1 byte short: out");
     free(ws);
     int32_t saved = c.table[1];
     c.table[1] = (int32_t)c.cache.num_blocks; /* request 0's second block */

@@ -46,6 +46,18 @@ static inline int64_t mla_round_up(int64_t x, int64_t to)
     return mla_ceil_div(x, to) * to;
 }
 
+/* *bytes = a * b * c * d rounded up to MLA_ALIGN (a workspace region);
+ * false on overflow. */
+static inline bool mla_region_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *bytes)
+{
+    int64_t x;
+    if (!mla_mul_size(a, b, &x) || !mla_mul_size(x, c, &x) || !mla_mul_size(x, d, &x) ||
+        x > INT64_MAX - MLA_ALIGN)
+        return false;
+    *bytes = mla_round_up(x, MLA_ALIGN);
+    return true;
+}
+
 /* p rounded up to the next MLA_ALIGN boundary (workspaces are sized with
  * MLA_ALIGN bytes of slack for this). */
 static inline void *mla_align_ptr(void *p)

@@ -239,17 +239,6 @@ typedef struct forward_layout {
     int64_t q_lat, o_lat, gemm, total; /* the decode's part is the rest */
 } forward_layout;
 
-/* bytes = a * b * c * d rounded up to MLA_ALIGN; false on overflow. */
-static bool region_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *bytes)
-{
-    int64_t x;
-    if (!mla_mul_size(a, b, &x) || !mla_mul_size(x, c, &x) || !mla_mul_size(x, d, &x) ||
-        x > INT64_MAX - MLA_ALIGN)
-        return false;
-    *bytes = mla_round_up(x, MLA_ALIGN);
-    return true;
-}
-
 /* The forward's workspace for attention args `a` (sizes, dtype, seq_lens and
  * schedule are read) and the P, V of its GEMMs. */
 static mla_status forward_bytes(const char *fn, const mla_decode_args *a, int64_t P, int64_t V,
@@ -269,9 +258,9 @@ static mla_status forward_bytes(const char *fn, const mla_decode_args *a, int64_
     bool widths_fit = !__builtin_add_overflow(P, V, &widths) &&
                       !__builtin_add_overflow(widths, 2 * a->kv_lora_rank, &widths) &&
                       mla_mul_size(tokens, widths, &bound);
-    if (!widths_fit || !region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
-        !region_bytes(tokens, a->num_heads, a->kv_lora_rank, size, &w->o_lat) ||
-        !region_bytes(mla_absorb_scratch_floats(&s), threads, sizeof(float), 1, &w->gemm) ||
+    if (!widths_fit || !mla_region_bytes(tokens, a->num_heads, lat, size, &w->q_lat) ||
+        !mla_region_bytes(tokens, a->num_heads, a->kv_lora_rank, size, &w->o_lat) ||
+        !mla_region_bytes(mla_absorb_scratch_floats(&s), threads, sizeof(float), 1, &w->gemm) ||
         __builtin_add_overflow(MLA_ALIGN + w->q_lat, w->o_lat, &w->total) ||
         __builtin_add_overflow(w->total, w->gemm, &w->total) ||
         __builtin_add_overflow(w->total, dw.total, &w->total))

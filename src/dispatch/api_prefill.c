@@ -102,12 +102,9 @@ typedef struct prefill_layout {
 /* Appends a region of a * b * c elements of `elem` bytes at *total. */
 static bool region(int64_t *total, int64_t a, int64_t b, int64_t c, int64_t elem, int64_t *offset)
 {
-    int64_t x;
-    if (!mla_mul_size(a, b, &x) || !mla_mul_size(x, c, &x) || !mla_mul_size(x, elem, &x) ||
-        x > INT64_MAX - MLA_ALIGN)
-        return false;
+    int64_t bytes;
     *offset = *total;
-    return !__builtin_add_overflow(*total, mla_round_up(x, MLA_ALIGN), total);
+    return mla_region_bytes(a, b, c, elem, &bytes) && !__builtin_add_overflow(*total, bytes, total);
 }
 
 static int64_t plan_tokens(const mla_prefill_args *a)

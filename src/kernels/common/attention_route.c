@@ -190,6 +190,44 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void mla_attn_route_probe_values(const mla_attn_route *route, uint16_t *x, int64_t n)
+{
+    const bool bf16 = route->dtype == MLA_DTYPE_BF16;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (uint16_t)((bf16 ? 0x3f80u : 0x3c00u) + (unsigned)(i % 97) * (bf16 ? 1u : 8u));
+}
+
+double mla_attn_route_race(const mla_kernels *k, const mla_attn_route *route, int reps,
+                           mla_attn_route_probe_fn *run, void *ctx)
+{
+    double best_f32 = 1e30, best_half = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        run(k, &route_f32, ctx);
+        double t1 = now();
+        run(k, route, ctx);
+        double t2 = now();
+        best_f32 = t1 - t0 < best_f32 ? t1 - t0 : best_f32;
+        best_half = t2 - t1 < best_half ? t2 - t1 : best_half;
+    }
+    return best_f32 / best_half;
+}
+
+/* The scores shape's operands: f32 for the f32 route, halves for the other. */
+typedef struct scores_probe {
+    const float *a, *b;
+    const uint16_t *a16, *b16;
+    float *c;
+} scores_probe;
+
+static void run_scores(const mla_kernels *k, const mla_attn_route *route, void *ctx)
+{
+    const scores_probe *p = ctx;
+    const bool f32 = route->dtype == MLA_DTYPE_F32;
+    route->scores(k, PROBE_M, PROBE_N, PROBE_K, f32 ? (const void *)p->a : p->a16, PROBE_K,
+                  f32 ? (const void *)p->b : p->b16, p->c, NULL);
+}
+
 double mla_attn_route_speedup(const mla_kernels *k, const mla_attn_route *route)
 {
     enum { A = PROBE_M * PROBE_K, B = PROBE_N * PROBE_K, C = PROBE_M * PROBE_N };
@@ -200,25 +238,12 @@ double mla_attn_route_speedup(const mla_kernels *k, const mla_attn_route *route)
         free(a16);
         return 0.0; /* unknown: keep the f32 route */
     }
-    float *b = a + A, *c = b + B;
-    uint16_t *b16 = a16 + A;
-    const bool bf16 = route->dtype == MLA_DTYPE_BF16;
-    for (int i = 0; i < A + B; i++) { /* 1 .. 1.76: no denormal slow paths */
-        a16[i] = (uint16_t)((bf16 ? 0x3f80u : 0x3c00u) + (unsigned)(i % 97) * (bf16 ? 1u : 8u));
+    mla_attn_route_probe_values(route, a16, A + B);
+    for (int i = 0; i < A + B; i++) /* the same 1 .. 1.76 */
         a[i] = 1.0f + (float)(i % 97) / 128.0f;
-    }
-    /* alternate the two so both see the same clock and neighbours; min of each */
-    double best_f32 = 1e30, best_half = 1e30;
-    for (int r = 0; r < PROBE_REPS; r++) {
-        double t0 = now();
-        route_f32.scores(k, PROBE_M, PROBE_N, PROBE_K, a, PROBE_K, b, c, NULL);
-        double t1 = now();
-        route->scores(k, PROBE_M, PROBE_N, PROBE_K, a16, PROBE_K, b16, c, NULL);
-        double t2 = now();
-        best_f32 = t1 - t0 < best_f32 ? t1 - t0 : best_f32;
-        best_half = t2 - t1 < best_half ? t2 - t1 : best_half;
-    }
+    scores_probe p = {.a = a, .b = a + A, .a16 = a16, .b16 = a16 + A, .c = a + A + B};
+    double speedup = mla_attn_route_race(k, route, PROBE_REPS, run_scores, &p);
     free(a);
     free(a16);
-    return best_f32 / best_half;
+    return speedup;
 }

@@ -87,6 +87,17 @@ const mla_attn_route *mla_attn_half_routes(int *count);
  * (64-byte multiples). */
 int64_t mla_attn_route_scratch_floats(int64_t ld, int64_t width);
 
+/* n values of route's half dtype from 1 to 1.76: timing probes meet no
+ * denormal or overflow slow path. */
+void mla_attn_route_probe_values(const mla_attn_route *route, uint16_t *x, int64_t n);
+
+/* run(k, f32 route, ctx) and run(k, route, ctx), alternated `reps` times so
+ * both see the same clock and neighbours: the best f32 time over the best
+ * `route` time (> 1 when `route` is faster). */
+typedef void mla_attn_route_probe_fn(const mla_kernels *k, const mla_attn_route *route, void *ctx);
+double mla_attn_route_race(const mla_kernels *k, const mla_attn_route *route, int reps,
+                           mla_attn_route_probe_fn *run, void *ctx);
+
 /* Time of the f32 route's scores over `route`'s on the decode scores shape
  * (64 keys x 128 rows x 576), measured on this CPU: > 1 when `route` is
  * faster; 0 when it could not be measured. k's kernels must run here. */

@@ -345,6 +345,18 @@ void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void
  * shared k_pe of 64: a few tiles of each kind (full, diagonal), ~21 MFLOP. */
 enum { PROBE_T = 256, PROBE_QK = 192, PROBE_V = 128, PROBE_R = 64, PROBE_REPS = 3 };
 
+/* The probe call on either route; the f32 route widens the same halves. */
+typedef struct probe_call {
+    const mla_flash_attn_args *a;
+    void *workspace;
+} probe_call;
+
+static void run_probe(const mla_kernels *k, const mla_attn_route *route, void *ctx)
+{
+    const probe_call *p = ctx;
+    run_on_route(k, p->a, p->workspace, 1, route);
+}
+
 double mla_flash_attn_route_speedup(const mla_kernels *k, const mla_attn_route *route)
 {
     const int64_t T = PROBE_T, nope = PROBE_QK - PROBE_R;
@@ -368,28 +380,15 @@ double mla_flash_attn_route_speedup(const mla_kernels *k, const mla_attn_route *
         free(workspace);
         return 0.0; /* unknown: keep the f32 route */
     }
-    /* 1 .. 1.76 in either half format: no denormal or overflow slow paths */
-    const bool bf16 = route->dtype == MLA_DTYPE_BF16;
-    for (int64_t i = 0; i < elems; i++)
-        data[i] = (uint16_t)((bf16 ? 0x3f80u : 0x3c00u) + (unsigned)(i % 97) * (bf16 ? 1u : 8u));
+    mla_attn_route_probe_values(route, data, elems);
     a.q = data;
     a.k = data + T * PROBE_QK;
     a.k_pe = (const uint16_t *)a.k + T * nope;
     a.v = (const uint16_t *)a.k_pe + T * PROBE_R;
     a.out = (uint16_t *)a.v + T * PROBE_V;
-    /* alternate the two so both see the same clock and neighbours; min of each */
-    const mla_attn_route *f32 = mla_attn_route_for(k, MLA_DTYPE_F32, MLA_DTYPE_F32, 1, 1);
-    double best_f32 = 1e30, best_half = 1e30;
-    for (int r = 0; r < PROBE_REPS; r++) {
-        double t0 = omp_get_wtime();
-        run_on_route(k, &a, workspace, 1, f32);
-        double t1 = omp_get_wtime();
-        run_on_route(k, &a, workspace, 1, route);
-        double t2 = omp_get_wtime();
-        best_f32 = t1 - t0 < best_f32 ? t1 - t0 : best_f32;
-        best_half = t2 - t1 < best_half ? t2 - t1 : best_half;
-    }
+    probe_call p = {.a = &a, .workspace = workspace};
+    double speedup = mla_attn_route_race(k, route, PROBE_REPS, run_probe, &p);
     free(data);
     free(workspace);
-    return best_f32 / best_half;
+    return speedup;
 }
