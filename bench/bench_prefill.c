@@ -74,6 +74,7 @@ int cmd_prefill(const options *o, const plan *p)
     void *w_uv = alloc((size_t)(H * L * V * mla_dtype_size(w_dtype)));
     void *out = alloc((size_t)(T * H * V * mla_dtype_size(dtype)));
     mla_chunk_plan *chunks = NULL;
+    void *kvb_packed = NULL;
     bool ok = qsl && ctx && table && perm && cache.data && q && kv_c && kvb && w_uk_t && w_uv && out;
     if (ok) {
         for (int64_t i = 0; i < blocks; i++)
@@ -87,9 +88,17 @@ int cmd_prefill(const options *o, const plan *p)
             ctx[r] = (int32_t)C;
             qsl[r + 1] = (int32_t)((r + 1) * n);
         }
-        int64_t W = 0;
+        /* both paths' weights prepared once, as a server does at load */
+        mla_up_proj_args u = {.num_heads = H, .kv_lora_rank = L, .qk_nope_dim = P,
+                              .v_head_dim = V, .kv_b_proj = kvb, .w_dtype = w_dtype,
+                              .kv_c_dtype = dtype};
+        int64_t W = 0, packed_bytes = 0;
         ok = check(mla_prepare_weights(kvb, w_dtype, H, L, P, V, w_uk_t, w_uv, w_dtype, 0),
                    "mla_prepare_weights") &&
+             check(mla_pack_kv_b_proj_size(&u, &packed_bytes), "mla_pack_kv_b_proj_size") &&
+             (kvb_packed = alloc((size_t)packed_bytes)) != NULL &&
+             check(mla_pack_kv_b_proj(&u, kvb_packed, packed_bytes, threads),
+                   "mla_pack_kv_b_proj") &&
              check(mla_chunk_workspace_tokens(C + n, B, bs, 0, &W), "mla_chunk_workspace_tokens") &&
              check(mla_chunk_plan_create(ctx, qsl, B, W, bs, WIDTH, dtype, &chunks),
                    "mla_chunk_plan_create");
@@ -106,7 +115,7 @@ int cmd_prefill(const options *o, const plan *p)
                      .block_table_cols = cols, .q = q, .q_token_stride = H * (P + R),
                      .q_head_stride = P + R, .kv_c = kv_c, .kv_c_stride = WIDTH,
                      .k_pe = (char *)kv_c + L * mla_dtype_size(dtype), .k_pe_stride = WIDTH,
-                     .kv_b_proj = kvb, .kv_b_proj_dtype = w_dtype, .w_uk_t = w_uk_t,
+                     .kv_b_proj_packed = kvb_packed, .kv_b_proj_dtype = w_dtype, .w_uk_t = w_uk_t,
                      .w_uv = w_uv, .w_dtype = w_dtype, .out = out, .out_token_stride = H * V,
                      .path = paths[i]}};
         ok = ok && check(mla_prefill_workspace_size(&pb[i].args, threads, &pb[i].bytes),
@@ -134,8 +143,8 @@ int cmd_prefill(const options *o, const plan *p)
                    s[1] * 1e6, s[1] / s[0], s[1] < s[0] ? "absorbed" : "mha", pick);
     }
     mla_chunk_plan_destroy(chunks);
-    void *bufs[] = {qsl, ctx, table, perm, cache.data, q, kv_c, kvb, w_uk_t, w_uv, out,
-                    pb[0].workspace, pb[1].workspace};
+    void *bufs[] = {qsl, ctx, table, perm, cache.data, q, kv_c, kvb, kvb_packed, w_uk_t, w_uv,
+                    out, pb[0].workspace, pb[1].workspace};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     return ok ? 0 : 1;

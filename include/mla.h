@@ -616,10 +616,11 @@ MLA_API mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int th
  * Memory: k_nope and v may share one buffer only as interleaved rows (the
  * same strides, each (token, head) cell holding one's row before the
  * other's, as in [S, H, P + V]); neither may overlap kv_c or kv_b_proj.
- * kv_b_proj is always required; kv_c, k_nope and v may be NULL when they
- * have no element (S = 0, or L = 0 for kv_c). The workspace holds both
- * operands packed (about (S + H(P+V)) * L * 4 bytes): size it with
- * mla_up_proj_workspace_size, which reads shapes and dtypes only. */
+ * kv_b_proj (or kv_b_proj_packed) is required; kv_c, k_nope and v may be
+ * NULL when they have no element (S = 0, or L = 0 for kv_c). The workspace
+ * holds the operands packed (about (S + H(P+V)) * L * 4 bytes, S * L * 4
+ * with kv_b_proj_packed): size it with mla_up_proj_workspace_size, which
+ * reads shapes, dtypes and whether kv_b_proj_packed is set only. */
 typedef struct mla_up_proj_args {
     int64_t num_tokens;   /* S >= 0                                          */
     int64_t num_heads;    /* H >= 1                                          */
@@ -636,12 +637,32 @@ typedef struct mla_up_proj_args {
     int64_t k_nope_token_stride, k_nope_head_stride;
     void *v;
     int64_t v_token_stride, v_head_stride;
+    /* kv_b_proj packed once by mla_pack_kv_b_proj, or NULL: when set, it
+     * is read instead of kv_b_proj (which may then be NULL) */
+    const void *kv_b_proj_packed;
 } mla_up_proj_args;
 
 MLA_API mla_status mla_up_proj_workspace_size(const mla_up_proj_args *args, int threads,
                                               int64_t *bytes);
 MLA_API mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace,
                                int64_t workspace_bytes, int threads);
+
+/* kv_b_proj packed once (per layer, at load) as the up-projection's GEMM
+ * reads it, so that mla_up_proj and mla_prefill skip packing it on every
+ * call and every context chunk. Reads num_heads, kv_lora_rank,
+ * qk_nope_dim, v_head_dim, kv_b_proj, w_dtype and kv_c_dtype (the dtype of
+ * the latent rows it will multiply) of args. It is packed for the route
+ * the backend MLA_OP_PREFILL selects now for that pair of dtypes: f32 (4
+ * bytes an element, whatever w_dtype), or bf16 pairs (2 bytes) on a bf16
+ * dot-product route. Calls give the same bits as with kv_b_proj itself.
+ * The buffer records the shape, dtypes and route it was packed for, and
+ * calls reject one that does not match (or a bf16-pair packing on a
+ * backend without that route); it holds no pointer, so it may be copied,
+ * saved or mapped anywhere (64-byte alignment reads fastest).
+ * mla_pack_kv_b_proj_size reads shapes and dtypes only. */
+MLA_API mla_status mla_pack_kv_b_proj_size(const mla_up_proj_args *args, int64_t *bytes);
+MLA_API mla_status mla_pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int64_t bytes,
+                                      int threads);
 
 /* ------------------------------------------------------------------------ */
 /* The prefill op (§1.7): the prefill part of a step                          */
@@ -702,6 +723,10 @@ typedef struct mla_prefill_args {
      * path's weights may be NULL when no request can take that path. */
     const void *kv_b_proj;
     mla_dtype kv_b_proj_dtype;
+    /* or, read instead when not NULL, kv_b_proj packed by
+     * mla_pack_kv_b_proj for kv_c_dtype = dtype (kv_b_proj_dtype still
+     * names the dtype it was packed from) */
+    const void *kv_b_proj_packed;
     const void *w_uk_t, *w_uv;
     mla_dtype w_dtype;
     void *out;                      /* [T, H*V] rows, out_token_stride apart  */

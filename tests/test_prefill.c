@@ -415,6 +415,22 @@ typedef struct backend_ctx {
     mla_prefill_path path;
 } backend_ctx;
 
+/* c's kv_b_proj packed by mla_pack_kv_b_proj for the backend forced now. */
+static void *pack_kv_b_proj(const pcase *c)
+{
+    const pspec *s = &c->s;
+    mla_up_proj_args u = {.num_heads = s->H, .kv_lora_rank = s->L, .qk_nope_dim = s->P,
+                          .v_head_dim = s->V, .kv_b_proj = c->kvb, .w_dtype = c->kvb_dtype,
+                          .kv_c_dtype = s->dtype};
+    int64_t bytes = 0;
+    assert_int_equal(mla_pack_kv_b_proj_size(&u, &bytes), MLA_OK);
+    void *packed = case_alloc((size_t)bytes);
+    assert_int_equal(mla_pack_kv_b_proj(&u, packed, bytes, 2), MLA_OK);
+    return packed;
+}
+
+/* The path forced onto b against the oracle; the MHA path also with
+ * kv_b_proj packed ahead (and kv_b_proj NULL), to the same bits. */
 static void on_backend(const mla_backend_desc *b, void *ctx)
 {
     backend_ctx *x = ctx;
@@ -427,6 +443,18 @@ static void on_backend(const mla_backend_desc *b, void *ctx)
     support_expect_ran(b);
     check(x->c, what);
     printf("[ BACKEND  ] %s: prefill matches the oracle\n", what);
+    if (x->path != MLA_PREFILL_PATH_MHA)
+        return;
+    const size_t n = x->c->out_bytes - 2 * MARGIN;
+    unsigned char *unpacked = case_alloc(n);
+    memcpy(unpacked, (char *)x->c->out + MARGIN, n);
+    a.kv_b_proj_packed = pack_kv_b_proj(x->c);
+    a.kv_b_proj = NULL;
+    if ((st = run(x->c, &a, 2)) != MLA_OK)
+        fail_msg("%s, packed kv_b_proj: %s: %s", what, mla_status_str(st), mla_last_error());
+    assert_memory_equal(unpacked, (char *)x->c->out + MARGIN, n);
+    free((void *)a.kv_b_proj_packed);
+    free(unpacked);
 }
 
 static void test_every_backend(void **state)
@@ -521,6 +549,13 @@ static void test_rejects(void **state)
     a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.kv_b_proj = NULL;
     expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "kv_b_proj");
+    a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
+    a.kv_b_proj_packed = pack_kv_b_proj(&other);
+    a.num_heads = 1; /* packed for 3 */
+    a.q_token_stride = a.q_head_stride = s.P + s.R;
+    a.out_token_stride = s.V;
+    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "kv_b_proj_packed is for 3 heads");
+    free((void *)a.kv_b_proj_packed);
     a = pcase_args(&c, MLA_PREFILL_PATH_ABSORBED);
     a.w_uv = NULL;
     expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "w_uv");

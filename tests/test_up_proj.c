@@ -325,31 +325,54 @@ static void expect_arena(const up_data *d, const unsigned char *want, const char
              (double)oracle_load(d->c.o, want, e, 1.0f));
 }
 
+/* kv_b_proj packed by mla_pack_kv_b_proj on `threads` threads (under the
+ * backend forced now), in a buffer of exactly the size the query gives. */
+static void *pack_weight(const up_data *d, int threads)
+{
+    int64_t bytes = -1;
+    mla_status st = mla_pack_kv_b_proj_size(&d->args, &bytes);
+    if (st != MLA_OK)
+        fail_msg("pack size: %s (%s)", mla_status_str(st), mla_last_error());
+    void *packed = alloc_bytes((size_t)bytes);
+    if ((st = mla_pack_kv_b_proj(&d->args, packed, bytes, threads)) != MLA_OK)
+        fail_msg("pack: %s (%s)", mla_status_str(st), mla_last_error());
+    return packed;
+}
+
 /* One call on a guard-filled arena with a workspace of exactly the size
  * the query gives for `threads`, all NaN bits (f32 and bf16), so that
- * reading a part the driver did not write shows in the outputs. */
-static void run_once(up_data *d, const mla_backend_desc *b, const unsigned char *want, int threads)
+ * reading a part the driver did not write shows in the outputs. With
+ * `packed`, kv_b_proj comes packed ahead and kv_b_proj itself is NULL. */
+static void run_once(up_data *d, const mla_backend_desc *b, const unsigned char *want, int threads,
+                     bool packed)
 {
     char what[200];
     describe(d, what, sizeof what);
+    mla_up_proj_args args = d->args;
+    void *w_packed = NULL;
+    if (packed) {
+        args.kv_b_proj_packed = w_packed = pack_weight(d, threads);
+        args.kv_b_proj = NULL;
+    }
     memset(d->arena, GUARD, d->arena_bytes);
     int64_t need = -1;
-    mla_status st = mla_up_proj_workspace_size(&d->args, threads, &need);
+    mla_status st = mla_up_proj_workspace_size(&args, threads, &need);
     if (st != MLA_OK)
         fail_msg("%s %s: workspace size: %s (%s)", b->name, what, mla_status_str(st),
                  mla_last_error());
     void *workspace = alloc_bytes((size_t)need);
     memset(workspace, 0xff, (size_t)need);
-    st = mla_up_proj(&d->args, workspace, need, threads);
+    st = mla_up_proj(&args, workspace, need, threads);
     if (st != MLA_OK)
-        fail_msg("%s, %d threads, %s: %s (%s)", b->name, threads, what, mla_status_str(st),
-                 mla_last_error());
+        fail_msg("%s, %d threads, %s%s: %s (%s)", b->name, threads, what,
+                 packed ? ", packed" : "", mla_status_str(st), mla_last_error());
     support_expect_ran(b);
     expect_arena(d, want, b->name, threads);
     if ((oracle_checksum(d->kv_mem, d->kv_bytes) ^ oracle_checksum(d->w_mem, d->w_bytes)) !=
         d->inputs_sum)
         fail_msg("%s, %d threads, %s: an input changed", b->name, threads, what);
     free(workspace);
+    free(w_packed);
 }
 
 /* The twin of a backend's bf16 dot kernel: the arithmetic of its ISA. */
@@ -379,8 +402,10 @@ static void up_on(const mla_backend_desc *b, void *ctx)
         want = expected_arena(d, c32);
         free(c32);
     }
-    for (int i = 0; i < COUNT(thread_counts); i++)
-        run_once(d, b, want, thread_counts[i]);
+    for (int i = 0; i < COUNT(thread_counts); i++) {
+        run_once(d, b, want, thread_counts[i], false);
+        run_once(d, b, want, thread_counts[i], true);
+    }
     if (dot)
         free(want);
 }
@@ -649,12 +674,19 @@ static void rejects_on(const mla_backend_desc *b, void *ctx)
     }
 }
 
-static void test_rejects(void **state)
+/* The bad-input environment: small integer inputs, no workspace yet. */
+static bad_env *new_bad_env(void)
 {
-    (void)state;
     bad_env *e = alloc_bytes(sizeof *e);
     for (int i = 0; i < BUF; i++)
         e->kv_c[i] = e->w[i] = (float)(i % 11) - 5.0f;
+    return e;
+}
+
+static void test_rejects(void **state)
+{
+    (void)state;
+    bad_env *e = new_bad_env();
     mla_up_proj_args a = good_args(e);
     assert_int_equal(mla_up_proj_workspace_size(&a, 2, &e->workspace_bytes), MLA_OK);
     e->workspace = alloc_bytes((size_t)e->workspace_bytes);
@@ -682,6 +714,151 @@ static void test_rejects(void **state)
     free(e);
 }
 
+/* A packing refused, with its status and needle, writing nothing. */
+static void expect_pack_rejected(const mla_up_proj_args *a, void *packed, int64_t bytes,
+                                 mla_status want, const char *needle)
+{
+    unsigned char before[BUF * sizeof(float)];
+    memcpy(before, packed ? packed : before, sizeof before);
+    mla_status st = mla_pack_kv_b_proj(a, packed, bytes, 2);
+    if (st != want)
+        fail_msg("pack (%s): %s, want %s (%s)", needle, mla_status_str(st), mla_status_str(want),
+                 mla_last_error());
+    assert_true(support_contains(mla_last_error(), "mla_pack_kv_b_proj: "));
+    assert_true(support_contains(mla_last_error(), needle));
+    if (packed)
+        assert_memory_equal(before, packed, sizeof before);
+}
+
+/* A call with a packed weight refused, with its status and needle, writing
+ * no output. */
+static void expect_call_rejected(bad_env *e, const mla_up_proj_args *a, mla_status want,
+                                 const char *needle)
+{
+    memset(e->k, GUARD, sizeof e->k);
+    memset(e->v, GUARD, sizeof e->v);
+    mla_status st = mla_up_proj(a, e->workspace, e->workspace_bytes, 2);
+    if (st != want)
+        fail_msg("call (%s): %s, want %s (%s)", needle, mla_status_str(st), mla_status_str(want),
+                 mla_last_error());
+    assert_true(support_contains(mla_last_error(), "mla_up_proj: "));
+    assert_true(support_contains(mla_last_error(), needle));
+    expect_guards(e->k, sizeof e->k, -1, "k_nope");
+    expect_guards(e->v, sizeof e->v, -1, "v");
+}
+
+/* bf16 pairs packed under a backend with a bf16 dot kernel, then a call
+ * forced onto one without: refused. Returns whether the CPU has both. */
+static bool dot_packing_elsewhere(bad_env *e)
+{
+    const mla_backend_desc *dot = NULL, *plain = NULL;
+    mla_config cfg = {.q_dtype = MLA_DTYPE_BF16, .cache_dtype = MLA_DTYPE_BF16,
+                      .kv_lora_rank = BL, .rope_dim = 0, .num_heads = BH, .block_size = 1};
+    for (int i = 0; i < mla_backend_count(); i++) {
+        const mla_backend_desc *b = mla_backend_at(i);
+        mla_reasons why;
+        if (mla_backend_validate(b->name, MLA_OP_PREFILL, &cfg, &why) != MLA_OK || why.count)
+            continue;
+        if (b->kernels.gemm_bf16dot && !dot)
+            dot = b;
+        if (!b->kernels.gemm_bf16dot && !plain)
+            plain = b;
+    }
+    if (!dot || !plain)
+        return false;
+    mla_up_proj_args a = good_args(e);
+    a.kv_c_dtype = a.w_dtype = MLA_DTYPE_BF16;
+    int64_t bytes;
+    assert_int_equal(mla_force_backend(MLA_OP_PREFILL, dot->name), MLA_OK);
+    assert_int_equal(mla_pack_kv_b_proj_size(&a, &bytes), MLA_OK);
+    void *packed = alloc_bytes((size_t)bytes);
+    assert_int_equal(mla_pack_kv_b_proj(&a, packed, bytes, 2), MLA_OK);
+    a.kv_b_proj_packed = packed;
+    assert_int_equal(mla_force_backend(MLA_OP_PREFILL, plain->name), MLA_OK);
+    expect_call_rejected(e, &a, MLA_ERR_UNSUPPORTED, "has not");
+    assert_int_equal(mla_force_backend(MLA_OP_PREFILL, dot->name), MLA_OK);
+    memset(e->k, GUARD, sizeof e->k);
+    assert_int_equal(mla_up_proj(&a, e->workspace, e->workspace_bytes, 2), MLA_OK);
+    assert_int_equal(mla_force_backend(MLA_OP_PREFILL, NULL), MLA_OK);
+    free(packed);
+    return true;
+}
+
+/* Packing refuses bad arguments; a call refuses a packing made for another
+ * shape or dtype, one not made by mla_pack_kv_b_proj, one an output
+ * overlaps, and bf16 pairs on a backend without the dot route. */
+static void test_packed_rejects(void **state)
+{
+    (void)state;
+    bad_env *e = new_bad_env();
+    mla_up_proj_args a = good_args(e);
+    int64_t bytes = -1, small = -1;
+    assert_int_equal(mla_pack_kv_b_proj_size(&a, &bytes), MLA_OK);
+    unsigned char *packed = alloc_bytes((size_t)bytes + BUF * sizeof(float));
+    memset(packed, GUARD, (size_t)bytes);
+    expect_pack_rejected(&a, NULL, bytes, MLA_ERR_INVALID_ARGUMENT, "packed is NULL");
+    expect_pack_rejected(&a, packed, bytes - 1, MLA_ERR_INVALID_ARGUMENT, "too small");
+    a.kv_b_proj = NULL;
+    expect_pack_rejected(&a, packed, bytes, MLA_ERR_INVALID_ARGUMENT, "kv_b_proj is NULL");
+    a = good_args(e);
+    a.num_heads = 0;
+    expect_pack_rejected(&a, packed, bytes, MLA_ERR_INVALID_ARGUMENT, "num_heads 0");
+    assert_int_equal(mla_pack_kv_b_proj_size(&a, &small), MLA_ERR_INVALID_ARGUMENT);
+    assert_true(support_contains(mla_last_error(), "mla_pack_kv_b_proj_size: num_tokens 4, num_heads 0"));
+    a = good_args(e);
+    expect_pack_rejected(&a, e->w + 8, bytes, MLA_ERR_INVALID_ARGUMENT,
+                         "packed overlaps kv_b_proj");
+    assert_int_equal(mla_pack_kv_b_proj_size(&a, NULL), MLA_ERR_INVALID_ARGUMENT);
+
+    assert_int_equal(mla_up_proj_workspace_size(&a, 2, &e->workspace_bytes), MLA_OK);
+    e->workspace = alloc_bytes((size_t)e->workspace_bytes);
+    /* packed for one head: another shape */
+    a.num_heads = 1;
+    assert_int_equal(mla_pack_kv_b_proj(&a, packed, bytes, 2), MLA_OK);
+    a = good_args(e);
+    a.kv_b_proj_packed = packed;
+    expect_call_rejected(e, &a, MLA_ERR_INVALID_ARGUMENT, "kv_b_proj_packed is for 1 heads");
+    /* packed for bf16 latent rows: another dtype */
+    a = good_args(e);
+    a.kv_c_dtype = MLA_DTYPE_BF16;
+    assert_int_equal(mla_pack_kv_b_proj(&a, packed, bytes, 2), MLA_OK);
+    a = good_args(e);
+    a.kv_b_proj_packed = packed;
+    expect_call_rejected(e, &a, MLA_ERR_INVALID_ARGUMENT, "kv_c bf16");
+    /* the right packing, then a byte of its header changed */
+    a.kv_b_proj_packed = NULL;
+    assert_int_equal(mla_pack_kv_b_proj(&a, packed, bytes, 2), MLA_OK);
+    a.kv_b_proj_packed = packed;
+    packed[3] ^= 1;
+    expect_call_rejected(e, &a, MLA_ERR_INVALID_ARGUMENT, "not made by mla_pack_kv_b_proj");
+    packed[3] ^= 1;
+    /* an output inside the packing */
+    mla_up_proj_args in_packing = a;
+    in_packing.v = (float *)(packed + bytes) - 4;
+    memset(e->v, GUARD, sizeof e->v);
+    assert_int_equal(mla_up_proj(&in_packing, e->workspace, e->workspace_bytes, 2),
+                     MLA_ERR_INVALID_ARGUMENT);
+    assert_true(support_contains(mla_last_error(), "v overlaps kv_b_proj_packed"));
+    /* the good call: the unpacked call's bits, without kv_b_proj */
+    float want_k[BUF], want_v[BUF];
+    mla_up_proj_args plain = good_args(e);
+    assert_int_equal(mla_up_proj(&plain, e->workspace, e->workspace_bytes, 2), MLA_OK);
+    memcpy(want_k, e->k, sizeof want_k);
+    memcpy(want_v, e->v, sizeof want_v);
+    a.kv_b_proj = NULL;
+    memset(e->k, GUARD, sizeof e->k);
+    memset(e->v, GUARD, sizeof e->v);
+    assert_int_equal(mla_up_proj(&a, e->workspace, e->workspace_bytes, 2), MLA_OK);
+    assert_memory_equal(want_k, e->k, BS * BH * BP * sizeof(float));
+    assert_memory_equal(want_v, e->v, BS * BH * BV * sizeof(float));
+    if (!dot_packing_elsewhere(e))
+        printf("[ SKIPPED  ] a bf16-pair packing on a backend without the dot route: this CPU "
+               "has not both kinds of backend\n");
+    free(e->workspace);
+    free(packed);
+    free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -690,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_shape),
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_packed_rejects),
     };
     return cmocka_run_group_tests_name("up_proj", tests, NULL, NULL);
 }

@@ -128,7 +128,7 @@ static mla_status scratch_bytes(const char *fn, const mla_prefill_args *a, int t
                               .v_head_dim = a->v_head_dim, .kv_c_dtype = a->dtype,
                               .w_dtype = mla_dtype_is_float(a->kv_b_proj_dtype) ? a->kv_b_proj_dtype
                                                                                 : a->dtype,
-                              .out_dtype = a->dtype};
+                              .out_dtype = a->dtype, .kv_b_proj_packed = a->kv_b_proj_packed};
         mla_flash_attn_args f = {.num_seqs = a->num_prefills, .num_heads = a->num_heads,
                                  .qk_dim = a->qk_nope_dim + a->rope_dim, .v_dim = a->v_head_dim,
                                  .rope_dim = a->rope_dim, .scale = a->scale, .dtype = a->dtype,
@@ -306,16 +306,21 @@ static mla_status check_buffers(const char *fn, const mla_prefill_args *a, bool 
                                             a->q_head_stride, a->dtype))))
         return st;
     if (any_mha) {
-        if (!a->kv_b_proj)
-            return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: kv_b_proj is NULL and the MHA path "
-                            "is taken", fn);
+        if (!a->kv_b_proj && !a->kv_b_proj_packed)
+            return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: kv_b_proj and kv_b_proj_packed are "
+                            "NULL and the MHA path is taken", fn);
         if (!mla_dtype_is_float(a->kv_b_proj_dtype))
             return mla_fail(MLA_ERR_UNSUPPORTED, "%s: kv_b_proj dtype %s (need f32, bf16 or "
                             "f16)", fn, mla_dtype_name(a->kv_b_proj_dtype));
         const mla_span kv_c = mla_view_span(a->kv_c, T, 1, L, a->kv_c_stride, 0, a->dtype);
         const mla_span k_pe = mla_view_span(a->k_pe, T, 1, R, a->k_pe_stride, 0, a->dtype);
-        const mla_span w = mla_view_span(a->kv_b_proj, H * (P + V), 1, L, L, 0,
-                                         a->kv_b_proj_dtype);
+        mla_span w = mla_view_span(a->kv_b_proj, H * (P + V), 1, L, L, 0, a->kv_b_proj_dtype);
+        const mla_up_proj_args u = {.num_heads = H, .kv_lora_rank = L, .qk_nope_dim = P,
+                                    .v_head_dim = V, .kv_c_dtype = a->dtype,
+                                    .w_dtype = a->kv_b_proj_dtype,
+                                    .kv_b_proj_packed = a->kv_b_proj_packed};
+        if (a->kv_b_proj_packed && (st = mla_up_proj_check_packed(fn, &u, &w)) != MLA_OK)
+            return st;
         if ((st = mla_check_rows(fn, "kv_c", a->kv_c, T, a->kv_c_stride, L, a->dtype)) ||
             (st = mla_check_rows(fn, "k_pe", a->k_pe, R > 0 ? T : 0, a->k_pe_stride, R, a->dtype)) ||
             (st = mla_check_apart(fn, "out", out, "kv_c", kv_c)) ||
@@ -407,6 +412,7 @@ static mla_status up_project(const prefill_run *x, int64_t S, const void *kv_c, 
         .num_tokens = S, .num_heads = a->num_heads, .kv_lora_rank = a->kv_lora_rank,
         .qk_nope_dim = P, .v_head_dim = a->v_head_dim, .kv_c = kv_c, .kv_c_dtype = a->dtype,
         .kv_c_stride = stride, .kv_b_proj = a->kv_b_proj, .w_dtype = a->kv_b_proj_dtype,
+        .kv_b_proj_packed = a->kv_b_proj_packed,
         .out_dtype = a->dtype, .k_nope = kv, .k_nope_token_stride = a->num_heads * PV,
         .k_nope_head_stride = PV, .v = (char *)kv + P * mla_dtype_size(a->dtype),
         .v_token_stride = a->num_heads * PV, .v_head_stride = PV};

@@ -26,35 +26,42 @@ static int64_t aligned_floats(int64_t floats)
 
 /* ---- the workspace ---------------------------------------------------------- */
 
-/* [ones: MC | A: m x k2 | B: n x k2 | per thread: C tile MC x NC], in floats,
- * k2 the depth in whole pairs; the bf16 route's 16-bit A and B fit the same
- * regions. */
+/* [ones: MC | A: m x k2 | B: n x k2 unless packed ahead | per thread: C tile
+ * MC x NC], in floats, k2 the depth in whole pairs; the bf16 route's 16-bit
+ * A and B fit the same regions. */
 typedef struct layout {
     int64_t k2, a, b, total;
 } layout;
 
-static bool layout_of(int64_t m, int64_t n, int64_t k, int threads, layout *l)
+static bool layout_of(int64_t m, int64_t n, int64_t k, bool w_packed, int threads, layout *l)
 {
     int64_t tiles, total;
     l->k2 = mla_round_up(k, 2);
-    if (!mla_mul_size(m, l->k2, &l->a) || !mla_mul_size(n, l->k2, &l->b) || l->a > INT64_MAX / 8 ||
-        l->b > INT64_MAX / 8 || !mla_mul_size(aligned_floats(MC * NC), threads, &tiles))
+    if (!mla_mul_size(m, l->k2, &l->a) || !mla_gemm_packed_w_elems(n, k, &l->b) ||
+        l->a > INT64_MAX / 8 || l->b > INT64_MAX / 8 ||
+        !mla_mul_size(aligned_floats(MC * NC), threads, &tiles))
         return false;
     l->a = aligned_floats(l->a);
-    l->b = aligned_floats(l->b);
+    l->b = w_packed ? 0 : aligned_floats(l->b);
     return !__builtin_add_overflow(aligned_floats(MC) + l->a, l->b, &total) &&
            !__builtin_add_overflow(total, tiles, &total) &&
            mla_mul_size(total, sizeof(float), &total) &&
            !__builtin_add_overflow(total, MLA_ALIGN, &l->total);
 }
 
-bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, int threads, int64_t *bytes)
+bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, bool w_packed, int threads,
+                               int64_t *bytes)
 {
     layout l;
-    if (!layout_of(m, n, k, threads, &l))
+    if (!layout_of(m, n, k, w_packed, threads, &l))
         return false;
     *bytes = l.total;
     return true;
+}
+
+bool mla_gemm_packed_w_elems(int64_t n, int64_t k, int64_t *elems)
+{
+    return mla_mul_size(n, mla_round_up(k, 2), elems);
 }
 
 /* ---- packing ------------------------------------------------------------------ */
@@ -200,22 +207,21 @@ static void run_tile(const packed *pk, const mla_gemm_segment *s, int64_t r, flo
                         MLA_DTYPE_F32, s->width, 1.0f);
 }
 
-/* The bf16 dot-product route: both operands bf16 and the backend has the
- * kernel (dispatch passed over a backend whose route timed slower here). */
-static bool use_bf16dot(const mla_kernels *kern, const mla_packed_gemm *g)
+bool mla_gemm_packed_dot(const mla_kernels *kern, mla_dtype a_dtype, mla_dtype w_dtype)
 {
-    return kern->gemm_bf16dot && g->a_dtype == MLA_DTYPE_BF16 && g->w_dtype == MLA_DTYPE_BF16;
+    return kern->gemm_bf16dot && a_dtype == MLA_DTYPE_BF16 && w_dtype == MLA_DTYPE_BF16;
 }
 
-/* Packs A's micro-panels and W's segments (a static share each), then runs
- * tiles [first, last) of the (row block, segment) grid, segments inner. */
+/* Packs A's micro-panels and, unless packed ahead, W's segments (a static
+ * share each), then runs tiles [first, last) of the (row block, segment)
+ * grid, segments inner. */
 static void run_thread(const packed *pk, int64_t blocks, float *c_tile)
 {
     const mla_packed_gemm *g = pk->g;
-    const int64_t panels = mla_ceil_div(g->m, MR);
+    const int64_t panels = mla_ceil_div(g->m, MR), segments = g->w_packed ? 0 : g->segments;
     mla_gemm_segment s;
 #pragma omp for schedule(static)
-    for (int64_t q = 0; q < panels + g->segments; q++) {
+    for (int64_t q = 0; q < panels + segments; q++) {
         if (q < panels) {
             pack_a_panel(pk, q);
         } else {
@@ -234,18 +240,32 @@ static void run_thread(const packed *pk, int64_t blocks, float *c_tile)
 void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *workspace, int threads)
 {
     layout l;
-    if (g->m == 0 || g->segments == 0 || !layout_of(g->m, g->n, g->k, threads, &l))
+    if (g->m == 0 || g->segments == 0 || !layout_of(g->m, g->n, g->k, g->w_packed, threads, &l))
         return;
     float *ones = mla_align_ptr(workspace);
     for (int i = 0; i < MC; i++)
         ones[i] = 1.0f;
     float *a = ones + aligned_floats(MC), *b = a + l.a, *c_tiles = b + l.b;
-    const packed pk = {.kern = kern, .g = g, .dot = use_bf16dot(kern, g), .k2 = l.k2, .a = a,
-                       .b = b, .ones = ones};
+    const bool dot = g->w_packed ? g->w_dot : mla_gemm_packed_dot(kern, g->a_dtype, g->w_dtype);
+    const packed pk = {.kern = kern, .g = g, .dot = dot, .k2 = l.k2, .a = a,
+                       .b = g->w_packed ? (void *)g->w_packed : b, .ones = ones};
     const int64_t blocks = mla_ceil_div(g->m, MC), tiles = blocks * g->segments;
     const int team = tiles < threads ? (int)tiles : threads;
 #pragma omp parallel num_threads(team)
     run_thread(&pk, blocks, c_tiles + omp_get_thread_num() * aligned_floats(MC * NC));
+}
+
+void mla_gemm_pack_w(const mla_kernels *kern, const mla_packed_gemm *g, bool dot, void *dst,
+                     int threads)
+{
+    const packed pk = {.kern = kern, .g = g, .dot = dot, .k2 = mla_round_up(g->k, 2), .b = dst};
+    const int team = g->segments < threads ? (int)g->segments : threads;
+#pragma omp parallel for schedule(static) num_threads(team > 0 ? team : 1)
+    for (int64_t q = 0; q < g->segments; q++) {
+        mla_gemm_segment s;
+        g->segment(g->ctx, q, &s);
+        pack_segment(&pk, &s);
+    }
 }
 
 /* ---- the up-projection ------------------------------------------------------ */
@@ -261,23 +281,39 @@ static void up_proj_segment(const void *ctx, int64_t index, mla_gemm_segment *ou
     const bool is_k = q < k_pieces;
     const int64_t col = (is_k ? q : q - k_pieces) * NC, dim = is_k ? P : V;
     out->col = h * (P + V) + (is_k ? 0 : P) + col;
-    out->w = (const char *)a->kv_b_proj + out->col * L * mla_dtype_size(a->w_dtype);
+    out->w = a->kv_b_proj ? (const char *)a->kv_b_proj + out->col * L * mla_dtype_size(a->w_dtype)
+                          : NULL; /* packed ahead */
     out->c = is_k ? (char *)a->k_nope + (h * a->k_nope_head_stride + col) * size
                   : (char *)a->v + (h * a->v_head_stride + col) * size;
     out->ldc = is_k ? a->k_nope_token_stride : a->v_token_stride;
     out->width = dim - col < NC ? dim - col : NC;
 }
 
-void mla_up_proj_run(const mla_kernels *kern, const mla_up_proj_args *a, void *workspace,
-                     int threads)
+/* The up-projection's GEMM: columns h*(P+V) + j of kv_b_proj's rows. */
+static mla_packed_gemm up_proj_gemm(const mla_up_proj_args *a)
 {
     const int64_t P = a->qk_nope_dim, V = a->v_head_dim;
-    mla_packed_gemm g = {
+    return (mla_packed_gemm){
         .m = a->num_tokens, .n = a->num_heads * (P + V), .k = a->kv_lora_rank, .a = a->kv_c,
         .lda = a->kv_c_stride, .a_dtype = a->kv_c_dtype, .ldw = a->kv_lora_rank,
         .w_dtype = a->w_dtype, .c_dtype = a->out_dtype,
         .segments = a->num_heads * (mla_ceil_div(P, NC) + mla_ceil_div(V, NC)),
         .segment = up_proj_segment, .ctx = a,
     };
+}
+
+void mla_up_proj_run(const mla_kernels *kern, const mla_up_proj_args *a, const void *w_packed,
+                     bool w_dot, void *workspace, int threads)
+{
+    mla_packed_gemm g = up_proj_gemm(a);
+    g.w_packed = w_packed;
+    g.w_dot = w_dot;
     mla_gemm_packed(kern, &g, workspace, threads);
+}
+
+void mla_up_proj_pack_run(const mla_kernels *kern, const mla_up_proj_args *a, bool dot, void *dst,
+                          int threads)
+{
+    const mla_packed_gemm g = up_proj_gemm(a);
+    mla_gemm_pack_w(kern, &g, dot, dst, threads);
 }

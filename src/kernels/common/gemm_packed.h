@@ -45,12 +45,31 @@ typedef struct mla_packed_gemm {
     /* fills *out with segment `index` (0 .. segments - 1) */
     void (*segment)(const void *ctx, int64_t index, mla_gemm_segment *out);
     const void *ctx;
+    /* W packed ahead by mla_gemm_pack_w (w_dot: as bf16 pairs), or NULL
+     * to pack it per call from the segments' w */
+    const void *w_packed;
+    bool w_dot;
 } mla_packed_gemm;
 
 /* Bytes of workspace mla_gemm_packed needs for an m x n product of depth k
  * on `threads` threads, on either route (MLA_ALIGN bytes of slack
- * included); false on overflow. */
-bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, int threads, int64_t *bytes);
+ * included), w_packed or not; false on overflow. */
+bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, bool w_packed, int threads,
+                               int64_t *bytes);
+
+/* Whether g runs on the bf16 dot-product route on kern when W is packed
+ * per call: A and W bf16 and the backend has gemm_bf16dot. */
+bool mla_gemm_packed_dot(const mla_kernels *kern, mla_dtype a_dtype, mla_dtype w_dtype);
+
+/* Elements of W packed (n columns of depth k in whole pairs): f32 floats,
+ * or bf16 halves when dot; false on overflow. */
+bool mla_gemm_packed_w_elems(int64_t n, int64_t k, int64_t *elems);
+
+/* W of g (its segments' w) packed into dst as mla_gemm_packed reads it,
+ * on up to `threads` threads: for calls that set w_packed = dst and
+ * w_dot = dot. */
+void mla_gemm_pack_w(const mla_kernels *kern, const mla_packed_gemm *g, bool dot, void *dst,
+                     int threads);
 
 /* Runs g with up to `threads` threads; workspace has the bytes above.
  * Segments' outputs must not overlap each other or the inputs. */
@@ -58,9 +77,15 @@ void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *wo
 
 /* mla_up_proj (mla.h) on checked arguments: per head, its k_nope columns
  * then its v columns, each in pieces of at most MLA_PACKED_GEMM_NC, are
- * the segments. workspace: mla_gemm_packed_workspace(S, H * (P + V), L,
- * threads). */
-void mla_up_proj_run(const mla_kernels *kern, const mla_up_proj_args *a, void *workspace,
-                     int threads);
+ * the segments. w_packed: kv_b_proj packed ahead by mla_up_proj_pack_run
+ * (w_dot: as bf16 pairs), or NULL. workspace: mla_gemm_packed_workspace(S,
+ * H * (P + V), L, w_packed != NULL, threads). */
+void mla_up_proj_run(const mla_kernels *kern, const mla_up_proj_args *a, const void *w_packed,
+                     bool w_dot, void *workspace, int threads);
+
+/* a's kv_b_proj packed into dst (mla_gemm_packed_w_elems(H * (P + V), L)
+ * elements) for mla_up_proj_run. */
+void mla_up_proj_pack_run(const mla_kernels *kern, const mla_up_proj_args *a, bool dot, void *dst,
+                          int threads);
 
 #endif
