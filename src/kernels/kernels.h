@@ -37,6 +37,13 @@ MLA_DECLARE_KERNELS(neon)
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__ref;
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__ref_bfdot;
 mla_gemm_f16f16_fn mla_gemm_f16f16__ref;
+/* The portable twin of one AMX-BF16 TDPBF16PS on memory tiles (m, n and
+ * pairs at most 16): for i < m, j < n, c[i*ldc + j] += the dot product of
+ * row i of a (pairs bf16 pairs, lda elements apart) and pair column j of b
+ * (pairs rows of n pairs, ldb elements apart), in the instruction's
+ * arithmetic (src/kernels/ref/tile_dpbf16ps.c). */
+void mla_tile_dpbf16ps__ref(int64_t m, int64_t n, int64_t pairs, const uint16_t *a, int64_t lda,
+                            const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
 #if defined(__x86_64__)
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__avx512_bf16;
 #elif defined(__aarch64__)
