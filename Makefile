@@ -58,10 +58,12 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 # every other tests/*.c is shared by the suites (support, oracles, case builders)
 TEST_SUPPORT := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
-# mla_bench is every bench/*.c but mla_run.c and the FMA probes of other
-# architectures; bench/probe_<isa>.c gets src/kernels/<isa>/'s flags.
+# mla_bench is every bench/*.c but mla_run.c and the probes of other
+# architectures; bench/probe_<isa>.c gets src/kernels/<isa>/'s flags. The AMX
+# probe runs on every x86-64 CPU to find out whether it can, so
+# probe_avx512_amx.c gets its suffix's AMX flags and no AVX ones.
 ifeq ($(ARCH),x86_64)
-BENCH_PROBES := bench/probe_ref.c bench/probe_avx2.c bench/probe_avx512.c
+BENCH_PROBES := bench/probe_ref.c bench/probe_avx2.c bench/probe_avx512.c bench/probe_avx512_amx.c
 else
 BENCH_PROBES := bench/probe_ref.c bench/probe_neon.c
 endif

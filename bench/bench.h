@@ -81,7 +81,7 @@ bool time_interleaved(run_fn run, void *ctx, run_fn copy, void *copy_ctx, int re
 void print_header(bool json);
 void print_row(const row *r, bool json);
 
-/* ---- FMA peak ---- */
+/* ---- FMA and AMX peaks ---- */
 
 /* A backend's FMA probe, `iters` rounds on each of `threads` threads. */
 typedef struct probe_run {
@@ -95,6 +95,9 @@ typedef struct probe_run {
 int64_t calibrate_probe(bench_fma_probe_fn *probe);
 /* A run_fn: every thread of the team probes at once. */
 bool run_probe(void *ctx);
+/* The AMX-BF16 probe on `threads` threads at once (median of `reps`), as op
+ * peak_amx_bf16; gflops is 0 where AMX is unavailable (always off x86-64). */
+row measure_amx_peak(int threads, int reps);
 
 /* ---- memcpy bandwidth ---- */
 

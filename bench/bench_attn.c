@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* DeepSeek V3's: 192^-0.5 times the square of its YaRN mscale. */
 #define ATTN_SCALE 0.1352f
@@ -137,36 +138,41 @@ static double attn_pairs(int64_t batch, int64_t tokens, bool causal)
 static void print_attn_header(bool json)
 {
     if (!json)
-        printf("%-5s %-12s %-8s %7s %5s %6s %5s %7s %-6s %-4s %11s %9s %9s %6s\n", "op",
+        printf("%-5s %-12s %-8s %7s %5s %6s %5s %7s %-6s %-4s %11s %9s %9s %6s %9s %6s\n", "op",
                "backend", "route", "threads", "batch", "tokens", "heads", "dims", "mask", "dt",
-               "median_us", "GFLOP/s", "peak", "%peak");
+               "median_us", "GFLOP/s", "peak", "%peak", "amx_peak", "%amx");
 }
 
+/* peak: the FMA probe's; amx_peak: the AMX-BF16 probe's on the AMX route,
+ * else 0. */
 static void print_attn_row(const options *o, const attn_bench *ab, const char *backend,
-                           int threads, double seconds, double flops, double peak)
+                           int threads, double seconds, double flops, double peak, double amx_peak)
 {
     const mla_flash_attn_args *a = &ab->args;
     mla_config cfg = attn_config(a);
     const char *route = mla_backend_route(backend, &cfg);
     double gflops = giga_per_s(flops, seconds), pct_peak = peak > 0 ? 100 * gflops / peak : 0;
+    double pct_amx = amx_peak > 0 ? 100 * gflops / amx_peak : 0;
     int64_t tokens = a->total_q / (a->num_seqs > 0 ? a->num_seqs : 1);
     if (o->json) {
         printf("{\"op\":\"attn\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d,"
                "\"batch\":%lld,\"tokens\":%lld,\"heads\":%lld,\"qk_dim\":%lld,\"v_dim\":%lld,"
                "\"rope_dim\":%lld,\"causal\":%s,\"dtype\":\"%s\",\"median_us\":%.3f,"
-               "\"gflops\":%.3f,\"peak_gflops\":%.3f,\"pct_peak\":%.2f}\n",
+               "\"gflops\":%.3f,\"peak_gflops\":%.3f,\"pct_peak\":%.2f,"
+               "\"amx_peak_gflops\":%.3f,\"pct_amx_peak\":%.2f}\n",
                backend, route ? route : "?", threads, (long long)a->num_seqs, (long long)tokens,
                (long long)a->num_heads, (long long)a->qk_dim, (long long)a->v_dim,
                (long long)a->rope_dim, a->causal ? "true" : "false", mla_dtype_name(a->dtype),
-               seconds * 1e6, gflops, peak, pct_peak);
+               seconds * 1e6, gflops, peak, pct_peak, amx_peak, pct_amx);
         return;
     }
     char dims[32];
     snprintf(dims, sizeof dims, "%lld/%lld", (long long)a->qk_dim, (long long)a->v_dim);
-    printf("%-5s %-12s %-8s %7d %5lld %6lld %5lld %7s %-6s %-4s %11.1f %9.2f %9.2f %6.1f\n",
+    printf("%-5s %-12s %-8s %7d %5lld %6lld %5lld %7s %-6s %-4s %11.1f %9.2f %9.2f %6.1f %9.2f "
+           "%6.1f\n",
            "attn", backend, route ? route : "?", threads, (long long)a->num_seqs,
            (long long)tokens, (long long)a->num_heads, dims, a->causal ? "causal" : "full",
-           mla_dtype_name(a->dtype), seconds * 1e6, gflops, peak, pct_peak);
+           mla_dtype_name(a->dtype), seconds * 1e6, gflops, peak, pct_peak, amx_peak, pct_amx);
 }
 
 /* ---- command --------------------------------------------------------------------------- */
@@ -178,14 +184,18 @@ static bool time_attn(const options *o, const plan *p, const mla_backend_desc *b
 {
     probe_run probe = {.probe = bench_fma_probe_for(b->isa)};
     probe.iters = calibrate_probe(probe.probe);
+    mla_config cfg = attn_config(&ab->args);
+    const char *route = mla_backend_route(b->name, &cfg);
+    const bool amx = route && strcmp(route, "amx-bf16") == 0;
     for (int t = 0; t < p->nthreads; t++) {
         double seconds, probe_s;
         ab->threads = probe.threads = p->threads[t];
         if (!time_interleaved(run_attn, ab, run_probe, &probe, o->reps, &seconds, &probe_s) ||
             !ran_on(b, "attn"))
             return false;
+        double amx_peak = amx ? measure_amx_peak(p->threads[t], o->reps).gflops : 0;
         print_attn_row(o, ab, b->name, p->threads[t], seconds, flops,
-                       giga_per_s(probe.flops, probe_s));
+                       giga_per_s(probe.flops, probe_s), amx_peak);
     }
     return true;
 }

@@ -1,7 +1,7 @@
 /*
  * What every mla_bench command shares: helpers, timing, the output table, the
- * FMA peak and memcpy bandwidth ceilings, and the plan of backends and thread
- * counts a command covers.
+ * ceilings (FMA and AMX peaks, memcpy bandwidth), and the plan of backends
+ * and thread counts a command covers.
  *
  * Only the public API, libc and OpenMP: the bench measures what a caller gets.
  */
@@ -148,7 +148,7 @@ void print_row(const row *r, bool json)
            r->threads, n, r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak, copy, pct_copy);
 }
 
-/* ---- FMA peak ---------------------------------------------------------------- */
+/* ---- FMA and AMX peaks ------------------------------------------------------- */
 
 /* Every thread probes at once: the peak of the whole team, not one core x T
  * (shared cores, power limits and clock drops under load all show up). */
@@ -179,6 +179,25 @@ int64_t calibrate_probe(bench_fma_probe_fn *probe)
             return (int64_t)((double)iters * PROBE_SECONDS / seconds) + 1;
     }
     return iters;
+}
+
+row measure_amx_peak(int threads, int reps)
+{
+    row r = {.op = "peak_amx_bf16", .backend = "avx512_amx", .threads = threads};
+#if defined(__x86_64__)
+    float sink;
+    if (bench_amx_probe(1, &sink) == 0)
+        return r;
+    probe_run run = {.probe = bench_amx_probe, .threads = threads,
+                     .iters = calibrate_probe(bench_amx_probe)};
+    double s;
+    time_region(run_probe, &run, reps, &s); /* run_probe cannot fail */
+    r.median_us = s * 1e6;
+    r.gflops = r.peak_gflops = giga_per_s(run.flops, s);
+#else
+    (void)reps;
+#endif
+    return r;
 }
 
 /* ---- memcpy bandwidth -------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /*
  * mla_bench peak and convert: the machine's ceilings (FMA peak per backend,
- * memcpy bandwidth) and the element-wise ops measured against them.
+ * AMX-BF16 peak, memcpy bandwidth) and the element-wise ops measured against
+ * them.
  */
 #include "bench.h"
 
@@ -10,11 +11,31 @@
 /* Far beyond any last-level cache, so copy measures DRAM bandwidth. */
 #define COPY_BYTES ((size_t)256 << 20)
 
+/* The AMX probe measures the CPU, not a backend, so it runs whatever
+ * --backend says; where it cannot run, one line says so instead of a row
+ * per thread count. */
+static void print_amx_peaks(const options *o, const plan *p)
+{
+    for (int t = 0; t < p->nthreads; t++) {
+        row r = measure_amx_peak(p->threads[t], o->reps);
+        if (r.gflops == 0) {
+            if (o->json)
+                printf("{\"op\":\"%s\",\"backend\":\"%s\",\"available\":false}\n", r.op,
+                       r.backend);
+            else
+                printf("amx: unavailable\n");
+            return;
+        }
+        print_row(&r, o->json);
+    }
+}
+
 int cmd_peak(const options *o, const plan *p)
 {
     print_header(o->json);
     for (int i = 0; i < p->nbackends * p->nthreads; i++)
         print_row(&p->peaks[i], o->json);
+    print_amx_peaks(o, p);
 
     int status = 1;
     char *src = alloc(COPY_BYTES), *dst = alloc(COPY_BYTES);

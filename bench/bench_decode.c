@@ -2,15 +2,21 @@
  * mla_bench decode: mla_decode (absorbed MLA over a paged latent cache)
  * against the FMA peak of the backend that runs it, probed on as many
  * threads alternately with it; with --scaling also on one thread, to see how
- * closely the speedup follows the peak's.
+ * closely the speedup follows the peak's. On the AMX route also against the
+ * AMX-BF16 probe, and the cache read rate against memcpy on as many threads,
+ * both measured in the same run.
  */
 #include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* DeepSeek V3's: 192^-0.5 times the square of its YaRN mscale. */
 #define SOFTMAX_SCALE 0.1352f
+/* The memcpy the cache read rate is held against: large enough to miss
+ * every cache level, as a long context's rows do. */
+#define COPY_BYTES ((size_t)256 << 20)
 /* Random data in [-1, 1) is stored as [-50, 50]: well inside e4m3 and e5m2. */
 #define FP8_SCALE 0.02f
 /* The random fill converts through an f32 buffer of this many values. */
@@ -171,9 +177,21 @@ static double visible_keys(int64_t ctx, int64_t sq)
 static void print_decode_header(bool json)
 {
     if (!json)
-        printf("%-6s %-12s %-8s %7s %5s %5s %8s %4s %-4s %-8s %4s %11s %9s %9s %8s %9s %6s\n", "op",
-               "backend", "route", "threads", "batch", "heads", "ctx", "sq", "q", "cache", "bs",
-               "median_us", "GFLOP/s", "cache_MB", "GB/s", "peak", "%peak");
+        printf("%-6s %-12s %-8s %7s %5s %5s %8s %4s %-4s %-8s %4s %11s %9s %9s %8s %9s %6s %9s %6s "
+               "%9s %6s\n", "op", "backend", "route", "threads", "batch", "heads", "ctx", "sq", "q",
+               "cache", "bs", "median_us", "GFLOP/s", "cache_MB", "GB/s", "peak", "%peak",
+               "amx_peak", "%amx", "copy GB/s", "%copy");
+}
+
+/* What the same run measured beside decode: the AMX-BF16 peak (0 off the
+ * AMX route) and memcpy's GB/s (its reads and writes). */
+typedef struct beside {
+    double peak, amx_peak, copy_gbps;
+} beside;
+
+static double percent(double x, double of)
+{
+    return of > 0 ? 100 * x / of : 0;
 }
 
 /* The keys every decode JSON object shares after "threads". */
@@ -187,25 +205,29 @@ static void print_config_json(const options *o, const mla_config *cfg)
 }
 
 static void print_decode_row(const options *o, const mla_config *cfg, const char *backend,
-                             int threads, double seconds, double flops, double bytes, double peak)
+                             int threads, double seconds, double flops, double bytes,
+                             const beside *m)
 {
     double gflops = giga_per_s(flops, seconds), gbps = giga_per_s(bytes, seconds);
-    double pct_peak = peak > 0 ? 100 * gflops / peak : 0;
     if (o->json) {
         printf("{\"op\":\"decode\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d", backend,
                decode_route(backend, cfg), threads);
         print_config_json(o, cfg);
         printf(",\"median_us\":%.3f,\"gflops\":%.3f,\"bytes\":%.0f,\"gbps\":%.3f,"
-               "\"peak_gflops\":%.3f,\"pct_peak\":%.2f}\n",
-               seconds * 1e6, gflops, bytes, gbps, peak, pct_peak);
+               "\"peak_gflops\":%.3f,\"pct_peak\":%.2f,\"amx_peak_gflops\":%.3f,"
+               "\"pct_amx_peak\":%.2f,\"copy_gbps\":%.3f,\"pct_copy\":%.2f}\n",
+               seconds * 1e6, gflops, bytes, gbps, m->peak, percent(gflops, m->peak), m->amx_peak,
+               percent(gflops, m->amx_peak), m->copy_gbps, percent(gbps, m->copy_gbps));
         return;
     }
     printf("%-6s %-12s %-8s %7d %5lld %5lld %8lld %4lld %-4s %-8s %4lld %11.1f %9.2f %9.2f %8.2f "
-           "%9.2f %6.1f\n",
+           "%9.2f %6.1f %9.2f %6.1f %9.2f %6.1f\n",
            "decode", backend, decode_route(backend, cfg), threads, (long long)o->batch,
            (long long)cfg->num_heads, (long long)o->ctx, (long long)o->sq,
            mla_dtype_name(cfg->q_dtype), mla_dtype_name(cfg->cache_dtype),
-           (long long)cfg->block_size, seconds * 1e6, gflops, bytes / 1e6, gbps, peak, pct_peak);
+           (long long)cfg->block_size, seconds * 1e6, gflops, bytes / 1e6, gbps, m->peak,
+           percent(gflops, m->peak), m->amx_peak, percent(gflops, m->amx_peak), m->copy_gbps,
+           percent(gbps, m->copy_gbps));
 }
 
 /* How close the speedup from 1 to T threads comes to the FMA peak's. */
@@ -243,16 +265,36 @@ static bool time_decode(const options *o, const mla_config *cfg, const mla_backe
     double seconds[2], peak[2];
     probe_run probe = {.probe = bench_fma_probe_for(b->isa)};
     probe.iters = calibrate_probe(probe.probe);
+    const bool amx = strcmp(decode_route(b->name, cfg), "amx-bf16") == 0;
+    char *src = alloc(COPY_BYTES), *dst = alloc(COPY_BYTES);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return false;
+    }
+    first_touch(src, COPY_BYTES, threads[nthreads - 1]);
+    first_touch(dst, COPY_BYTES, threads[nthreads - 1]);
     print_decode_header(o->json);
-    for (int t = 0; t < nthreads; t++) {
+    bool ok = true;
+    for (int t = 0; ok && t < nthreads; t++) {
         double probe_s;
         db->threads = probe.threads = threads[t];
-        if (!time_interleaved(run_decode, db, run_probe, &probe, o->reps, &seconds[t], &probe_s) ||
-            !ran_on(b, "decode"))
-            return false;
+        ok = time_interleaved(run_decode, db, run_probe, &probe, o->reps, &seconds[t], &probe_s) &&
+             ran_on(b, "decode");
+        if (!ok)
+            break;
         peak[t] = giga_per_s(probe.flops, probe_s);
-        print_decode_row(o, cfg, b->name, threads[t], seconds[t], flops, bytes, peak[t]);
+        const beside m = {
+            .peak = peak[t],
+            .amx_peak = amx ? measure_amx_peak(threads[t], o->reps).gflops : 0,
+            .copy_gbps = measure_copy(dst, src, COPY_BYTES, threads[t], o->reps).gbps,
+        };
+        print_decode_row(o, cfg, b->name, threads[t], seconds[t], flops, bytes, &m);
     }
+    free(src);
+    free(dst);
+    if (!ok)
+        return false;
     if (o->scaling)
         print_scaling(o, cfg, b->name, threads, seconds, peak);
     return true;

@@ -17,10 +17,11 @@
  *   mla_bench merge   [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
  *             [--q-dtype D] [--json]
  *
- * `peak` measures two ceilings: the FMA throughput of each backend (its
- * fma_probe on every thread at once) and memcpy bandwidth. `convert` times
- * mla_convert and mla_exp_f32 on each backend; these ops are memory bound, so
- * each is printed next to a memcpy that moves the same number of bytes.
+ * `peak` measures three ceilings: the FMA throughput of each backend (its
+ * fma_probe on every thread at once), AMX-BF16 throughput (TDPBF16PS, where
+ * the CPU has it) and memcpy bandwidth. `convert` times mla_convert and
+ * mla_exp_f32 on each backend; these ops are memory bound, so each is
+ * printed next to a memcpy that moves the same number of bytes.
  * `decode` times mla_decode against the FMA peak of the backend that runs it.
  *
  * This file holds the arguments and the command table; bench.h lists what
@@ -56,7 +57,9 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  peak      FMA throughput of each backend's probe, run on all threads at once,\n"
-    "            and memcpy bandwidth (256 MiB buffers)\n"
+    "            AMX-BF16 throughput (TDPBF16PS on full tiles, op peak_amx_bf16;\n"
+    "            \"amx: unavailable\" where the CPU or Linux does not allow it) and\n"
+    "            memcpy bandwidth (256 MiB buffers)\n"
     "  convert   mla_convert (bf16, f16, fp8_e4m3, fp8_e5m2 <-> f32) and\n"
     "            mla_exp_f32, with the FMA peak and a memcpy of the same bytes\n"
     "  metadata  the per-step metadata builders for 256 requests with contexts up\n"
@@ -71,7 +74,9 @@ static const char usage_text[] =
     "            shuffled blocks holding random data (fp8 scale 0.02), softmax scale\n"
     "            0.1352, on the backend auto-selection picks (or --backend) at\n"
     "            --threads, against that backend's FMA peak on as many threads,\n"
-    "            probed alternately with decode rep by rep.\n"
+    "            probed alternately with decode rep by rep; on the amx-bf16 route\n"
+    "            also against the AMX-BF16 probe, and GB/s against a memcpy of\n"
+    "            256 MiB on as many threads, both measured after it in the same run.\n"
     "            With --scaling also at 1 thread, then speedup = t1/tT, peak ratio =\n"
     "            peakT/peak1 and speedup / peak ratio (target: >= 0.85 at --batch 1\n"
     "            --heads 128 --ctx 32768)\n"
@@ -134,16 +139,20 @@ static const char usage_text[] =
     "the same thread count, measured first in the same process.\n"
     "JSON keys: op backend threads n median_us gflops gbps peak_gflops pct_peak\n"
     "copy_gbps pct_copy; n (elements; rows for cache ops; bytes for copy),\n"
-    "copy_gbps and pct_copy only where they apply.\n"
+    "copy_gbps and pct_copy only where they apply; peak without AMX prints\n"
+    "{\"op\":\"peak_amx_bf16\",\"backend\":\"avx512_amx\",\"available\":false}.\n"
     "\n"
     "decode FLOPs = 2 * batch * heads * keys * (2L + R), keys summed over a\n"
     "request's queries (query i of S sees C - S + 1 + i cache rows); bytes = the\n"
     "batch * ctx cache rows, each read once; GB/s = bytes / time. route names the\n"
     "arithmetic the kernels run (f32: q and cache widened to f32, FMA;\n"
-    "bf16-dot: vdpbf16ps or BFDOT; f16: FMLAL on the f16 cache); the f32\n"
-    "FMA probe is the peak for all of them. decode JSON keys: op backend route\n"
-    "threads batch heads ctx sq q_dtype cache_dtype block_size kv_lora_rank\n"
-    "rope_dim median_us gflops bytes gbps peak_gflops pct_peak; --scaling adds\n"
+    "bf16-dot: vdpbf16ps or BFDOT; f16: FMLAL on the f16 cache; amx-bf16:\n"
+    "TDPBF16PS tiles); peak is the f32 FMA probe for all of them, amx_peak the\n"
+    "AMX-BF16 probe (0 off that route); %copy = 100 * GB/s / copy GB/s (the\n"
+    "cache read against memcpy's reads and writes). decode JSON keys: op backend\n"
+    "route threads batch heads ctx sq q_dtype cache_dtype block_size kv_lora_rank\n"
+    "rope_dim median_us gflops bytes gbps peak_gflops pct_peak amx_peak_gflops\n"
+    "pct_amx_peak copy_gbps pct_copy; --scaling adds\n"
     "op decode_scaling with t1_us tT_us speedup peak1_gflops peakT_gflops\n"
     "peak_ratio speedup_vs_peak.\n"
     "\n"
@@ -151,7 +160,8 @@ static const char usage_text[] =
     "pairs the mask lets through: batch * T(T+1)/2 causal, batch * T^2 not; its\n"
     "peak is probed alternately with it rep by rep (not first). attn JSON keys: op\n"
     "backend route threads batch tokens heads qk_dim v_dim rope_dim causal dtype\n"
-    "median_us gflops peak_gflops pct_peak.\n";
+    "median_us gflops peak_gflops pct_peak amx_peak_gflops pct_amx_peak (the AMX\n"
+    "probe after it on the amx-bf16 route, else 0).\n";
 
 static const struct command {
     const char *name;

@@ -84,7 +84,10 @@ MLA_API int64_t mla_dtype_size(mla_dtype dtype);
 
 /* One bit per capability. A bit is set only when the CPU has the feature AND
  * the operating system saves its register state (XCR0, Linux AMX permission,
- * AArch64 hwcaps). */
+ * AArch64 hwcaps). Linux grants AMX tile state only on request, which init
+ * makes once and only when a backend needing AMX could run: the AMX bits are
+ * set where the process held the permission already or init obtained it, and
+ * clear where Linux refused it (an AMX backend's reasons then say so). */
 typedef enum mla_cap {
     /* x86-64 */
     MLA_CAP_SSE42 = 1u << 0,
@@ -99,6 +102,7 @@ typedef enum mla_cap {
     MLA_CAP_AVX512_FP16 = 1u << 9,
     MLA_CAP_AMX_TILE = 1u << 10,
     MLA_CAP_AMX_BF16 = 1u << 11,
+    MLA_CAP_AMX_FP16 = 1u << 12, /* TDPFP16PS (Granite Rapids)         */
     /* AArch64: Advanced SIMD is spelled "neon" everywhere in libmla (caps,
      * backends, kernel suffixes), and a backend that adds one extension is
      * named after its capability (neon_bf16, neon_fhm) */

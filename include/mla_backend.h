@@ -18,8 +18,10 @@ extern "C" {
 
 /* Bumped when the extension API changes in a way a caller must know of.
  * 1: kernel slots up to gemm_f16f16, descriptor with a size field.
- * 2: the scale_add_f32 slot (merge_attn_states and the decode combine). */
-#define MLA_BACKEND_API_VERSION 2
+ * 2: the scale_add_f32 slot (merge_attn_states and the decode combine).
+ * 3: the gemm_bf16tile route slot (AMX-BF16 tiles) and the interleave_u16
+ *    slot (pair packing for the bf16 GEMMs). */
+#define MLA_BACKEND_API_VERSION 3
 
 /* ------------------------------------------------------------------------ */
 /* The CPU-reader seam                                                       */
@@ -36,7 +38,10 @@ typedef struct mla_cpu_raw {
     uint32_t leaf7_ebx, leaf7_ecx, leaf7_edx; /* CPUID.(7,0)                 */
     uint32_t leaf7_1_eax;                   /* CPUID.(7,1)                   */
     uint64_t xcr0;                          /* XGETBV(0); 0 without OSXSAVE   */
-    bool amx_permitted;                     /* Linux granted XTILEDATA state  */
+    /* Linux had granted the process XTILEDATA state when this was read
+     * (ARCH_GET_XCOMP_PERM); init requests it when an AMX backend can be
+     * selected, so a reader reports what is already granted. */
+    bool amx_permitted;
     uint64_t hwcap, hwcap2;                 /* AArch64 getauxval words        */
 } mla_cpu_raw;
 
@@ -117,6 +122,25 @@ typedef void mla_gemm_bf16dot_fn(int64_t m, int64_t n, int64_t k, const uint16_t
 typedef void mla_gemm_f16f16_fn(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t rs_a,
                                 int64_t cs_a, const uint16_t *b, int64_t ldb, float *c,
                                 int64_t ldc, const float *c_scale);
+/* bf16 tile GEMM, in the arithmetic of AMX-BF16's TDPBF16PS: the operands
+ * of mla_gemm_bf16dot_fn (A and B bf16 in pairs along k, k even, the same
+ * addressing). For i < m, j < n: acc = c_scale ? c_scale[i] * c[i*ldc + j]
+ * : 0 (one rounded multiply), then for each step of 16 pairs (pairs 16s ..
+ * 16s + 15 of k / 2; the last step may be shorter): two f32 lanes start at
+ * +0 and add the exact products of the step's even elements (A(i,2q)
+ * B(2q,j)) and odd elements (A(i,2q+1) B(2q+1,j)), pair by pair, each sum
+ * rounded to nearest even, bf16 denormals read as zero, tiny results
+ * flushed to zero of their sign; then acc = acc + (even + odd), the lanes'
+ * sum and the accumulation rounded and flushed the same way, a denormal acc
+ * read as zero. So the cut of k into 16-pair steps is part of the result;
+ * m, n, the tiling and the addresses are not. NaN payloads are
+ * unspecified. */
+typedef mla_gemm_bf16dot_fn mla_gemm_bf16tile_fn;
+/* Two rows of 16-bit values as pairs, the pair-packed operand of the bf16
+ * GEMMs: dst[2e] = even[e], dst[2e + 1] = odd ? odd[e] : 0 for e < n. dst
+ * must not overlap even or odd. */
+typedef void mla_interleave_u16_fn(uint16_t *dst, const uint16_t *even, const uint16_t *odd,
+                                   int64_t n);
 /* y[i] = y[i] + w * x[i] for i < n: the product rounded to f32, then the
  * sum rounded to f32 (two roundings, never a fused multiply-add), so every
  * ISA's kernel gives the scalar expression's bits (NaN payloads aside). The
@@ -152,7 +176,9 @@ typedef void mla_scale_add_f32_fn(float *y, const float *x, float w, int64_t n);
     BASE(gemm_bf16, mla_gemm_bf16_fn, arg)             \
     ROUTE(gemm_bf16dot, mla_gemm_bf16dot_fn, arg)      \
     ROUTE(gemm_f16f16, mla_gemm_f16f16_fn, arg)        \
-    BASE(scale_add_f32, mla_scale_add_f32_fn, arg)
+    BASE(scale_add_f32, mla_scale_add_f32_fn, arg)     \
+    ROUTE(gemm_bf16tile, mla_gemm_bf16tile_fn, arg)    \
+    BASE(interleave_u16, mla_interleave_u16_fn, arg)
 
 #define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
 

@@ -148,7 +148,7 @@ typedef struct dcase {
     size_t qn_bytes, qp_bytes;
     uint64_t inputs_sum; /* cache and q: the call only reads them */
     mla_decode_args args;
-    double *want_out, *want_lse, *max_v;
+    double *want_out, *want_lse, *max_v, *max_k; /* max|V|, max|K| per request */
     char label[200];
 } dcase;
 

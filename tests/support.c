@@ -32,6 +32,17 @@ const mla_cpu_raw support_cpu_sapphire_rapids = {
     .amx_permitted = true,
 };
 
+const mla_cpu_raw support_cpu_granite_rapids = {
+    .arch = MLA_ARCH_X86_64,
+    .max_leaf = 32,
+    .leaf1_ecx = ECX1_AVX_CLASS,
+    .leaf7_ebx = SPR_LEAF7_EBX,
+    .leaf7_edx = SPR_LEAF7_EDX,
+    .leaf7_1_eax = (1u << 5) | (1u << 21), /* AVX512_BF16, AMX-FP16 */
+    .xcr0 = 0x602e7,
+    .amx_permitted = true,
+};
+
 const mla_cpu_raw support_cpu_spr_no_zmm_os = {
     .arch = MLA_ARCH_X86_64,
     .max_leaf = 32,
@@ -72,6 +83,7 @@ void support_use_cpu(const mla_cpu_raw *raw)
         unsetenv(mla_env_vars[i]);
     fake_cpu = raw;
     mla_set_cpu_reader(raw ? fake_reader : NULL);
+    mla_dispatch_set_amx_request(NULL);
     mla_dispatch_reset();
 }
 

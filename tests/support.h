@@ -14,12 +14,14 @@
 /* Raw readings of real CPUs, as their CPUID/XCR0 or hwcaps report them. */
 extern const mla_cpu_raw support_cpu_zen3;            /* AVX2 + FMA + F16C           */
 extern const mla_cpu_raw support_cpu_sapphire_rapids; /* AVX-512 + BF16 + FP16 + AMX */
+extern const mla_cpu_raw support_cpu_granite_rapids;  /* Sapphire Rapids + AMX-FP16  */
 extern const mla_cpu_raw support_cpu_spr_no_zmm_os;   /* same CPU, OS saves no ZMM   */
 extern const mla_cpu_raw support_cpu_graviton3;       /* Neoverse V1                 */
 extern const mla_cpu_raw support_cpu_neoverse_n1;     /* Graviton2: no BF16, no FHM  */
 
 /* Installs a reader presenting `raw` (NULL: the real CPU), clears every MLA_*
- * environment variable and registration, so the next call re-initializes. */
+ * environment variable, registration and AMX request hook
+ * (mla_dispatch_set_amx_request), so the next call re-initializes. */
 void support_use_cpu(const mla_cpu_raw *raw);
 
 /* Sets (value != NULL) or clears an environment variable, then resets the

@@ -2,6 +2,8 @@
  * and custom backends, status codes and messages. */
 #include "support.h"
 
+#include "dispatch/dispatch.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 
 #define X86_AVX2_LEVEL (MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C)
 #define X86_AVX512_BASE (MLA_CAP_AVX512F | MLA_CAP_AVX512BW | MLA_CAP_AVX512VL | MLA_CAP_AVX512DQ)
+#define X86_AMX (MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16 | MLA_CAP_AMX_FP16)
 
 static int reset_state(void **state)
 {
@@ -60,6 +63,22 @@ static void test_decode_amx_permission_denied(void **state)
     mla_caps caps = mla_cpu_caps_decode(&raw);
     assert_false(caps & (MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16));
     assert_true(caps & MLA_CAP_AVX512_BF16);
+}
+
+static void test_decode_granite_rapids(void **state)
+{
+    (void)state;
+    mla_caps spr = mla_cpu_caps_decode(&support_cpu_sapphire_rapids);
+    assert_false(spr & MLA_CAP_AMX_FP16);
+    assert_int_equal(mla_cpu_caps_decode(&support_cpu_granite_rapids), spr | MLA_CAP_AMX_FP16);
+    /* AMX-FP16 needs the tile state and its permission, as AMX-BF16 does */
+    mla_cpu_raw raw = support_cpu_granite_rapids;
+    raw.amx_permitted = false;
+    assert_false(mla_cpu_caps_decode(&raw) & X86_AMX);
+    raw = support_cpu_granite_rapids;
+    raw.xcr0 = 0xe7; /* ZMM state saved, tile state not */
+    assert_int_equal(mla_cpu_caps_decode(&raw), spr & ~X86_AMX);
+    assert_string_equal(mla_cap_name(MLA_CAP_AMX_FP16), "amx_fp16");
 }
 
 static void test_decode_without_osxsave(void **state)
@@ -115,42 +134,63 @@ static void test_registry_in_priority_order(void **state)
     assert_non_null(mla_backend_find("ref"));
 }
 
+/* Checks the choice for a half-precision cfg: the first valid backend, in
+ * priority order, whose table has a half-precision route for cfg, unless
+ * this machine can run it and timed that route slower than its f32 route at
+ * init (as real Sapphire Rapids does vdpbf16ps): then the next such one, else
+ * `fallback`; forcing one passed over still works. `real`: this machine's
+ * caps. */
+static void expect_half_choice(mla_op op, const mla_config *cfg, const char *fallback,
+                               mla_caps real)
+{
+    char choice[32];
+    snprintf(choice, sizeof choice, "%s", selected(op, cfg));
+    for (int i = 0; i < mla_backend_count(); i++) {
+        const mla_backend_desc *b = mla_backend_at(i);
+        mla_reasons why;
+        assert_int_equal(mla_backend_validate(b->name, op, cfg, &why), MLA_OK);
+        if (why.count > 0 || strcmp(mla_backend_route(b->name, cfg), "f32") == 0)
+            continue;
+        if (strcmp(choice, b->name) == 0)
+            return;
+        assert_true((b->required_caps & ~real) == 0);
+        assert_int_equal(mla_force_backend(op, b->name), MLA_OK);
+        assert_string_equal(selected(op, cfg), b->name);
+        assert_int_equal(mla_force_backend(op, NULL), MLA_OK);
+    }
+    assert_string_equal(choice, fallback);
+}
+
+#if defined(__x86_64__)
+/* Convert's choice on a Sapphire Rapids: the AMX backend where this build
+ * has one (the first in priority), else the vdpbf16ps one. */
+static const char *spr_convert_choice(void)
+{
+    const mla_backend_desc *first = mla_backend_at(0);
+    return first->required_caps & X86_AMX ? first->name : "avx512_bf16";
+}
+#endif
+
 static void test_selection_per_cpu(void **state)
 {
     (void)state;
     mla_config f32q = mla_config_default(); /* f32 q, bf16 cache */
     mla_config bf16q = f32q;
     bf16q.q_dtype = MLA_DTYPE_BF16;
-#if defined(__x86_64__)
     support_use_cpu(NULL);
-    bool real_bf16 = mla_cpu_caps_detected() & MLA_CAP_AVX512_BF16;
+    const mla_caps real = mla_cpu_caps_detected();
+#if defined(__x86_64__)
     support_use_cpu(&support_cpu_sapphire_rapids);
-    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx512_bf16");
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), spr_convert_choice());
     assert_string_equal(selected(MLA_OP_DECODE, &f32q), "avx512");
-    /* bf16 q with a bf16 cache takes the vdpbf16ps backend, unless this
-     * machine can run it and timed it slower than its f32 FMA route at init
-     * (as real Sapphire Rapids does): then avx512, while forcing still works */
-    const char *bf16_choice = selected(MLA_OP_DECODE, &bf16q);
-    if (strcmp(bf16_choice, "avx512_bf16") != 0) {
-        assert_true(real_bf16);
-        assert_string_equal(bf16_choice, "avx512");
-        assert_int_equal(mla_force_backend(MLA_OP_DECODE, "avx512_bf16"), MLA_OK);
-        assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "avx512_bf16");
-        assert_int_equal(mla_force_backend(MLA_OP_DECODE, NULL), MLA_OK);
-    }
-    /* prefill weighs the same route by its own timing (a flash-attention
-     * call), apart from decode's */
+    /* bf16 q with a bf16 cache takes a bf16-pair backend (AMX tiles,
+     * vdpbf16ps) by decode's timing; prefill weighs the same routes by its
+     * own (a flash-attention call) */
+    expect_half_choice(MLA_OP_DECODE, &bf16q, "avx512", real);
     mla_config bf16_prefill = {.q_dtype = MLA_DTYPE_BF16, .cache_dtype = MLA_DTYPE_BF16,
                                .kv_lora_rank = 128, .rope_dim = 64, .num_heads = 16,
                                .block_size = 1};
-    const char *prefill_choice = selected(MLA_OP_PREFILL, &bf16_prefill);
-    if (strcmp(prefill_choice, "avx512_bf16") != 0) {
-        assert_true(real_bf16);
-        assert_string_equal(prefill_choice, "avx512");
-        assert_int_equal(mla_force_backend(MLA_OP_PREFILL, "avx512_bf16"), MLA_OK);
-        assert_string_equal(selected(MLA_OP_PREFILL, &bf16_prefill), "avx512_bf16");
-        assert_int_equal(mla_force_backend(MLA_OP_PREFILL, NULL), MLA_OK);
-    }
+    expect_half_choice(MLA_OP_PREFILL, &bf16_prefill, "avx512", real);
     support_use_cpu(&support_cpu_spr_no_zmm_os);
     assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "avx2");
     support_use_cpu(&support_cpu_zen3);
@@ -161,29 +201,13 @@ static void test_selection_per_cpu(void **state)
 #elif defined(__aarch64__)
     mla_config f16 = f32q;
     f16.q_dtype = f16.cache_dtype = MLA_DTYPE_F16;
-    support_use_cpu(NULL);
-    const mla_caps real = mla_cpu_caps_detected();
     support_use_cpu(&support_cpu_graviton3);
     assert_string_equal(selected(MLA_OP_CONVERT, NULL), "neon_bf16");
     assert_string_equal(selected(MLA_OP_DECODE, &f32q), "neon");
     /* bf16 q with a bf16 cache takes the BFDOT backend and f16 with f16 the
-     * FMLAL one, unless this machine can run it and timed it slower than its
-     * f32 route at init: then neon, while forcing still works */
-    const struct {
-        const mla_config *cfg;
-        const char *backend;
-        mla_cap cap;
-    } half[] = {{&bf16q, "neon_bf16", MLA_CAP_NEON_BF16}, {&f16, "neon_fhm", MLA_CAP_NEON_FHM}};
-    for (int i = 0; i < 2; i++) {
-        const char *choice = selected(MLA_OP_DECODE, half[i].cfg);
-        if (strcmp(choice, half[i].backend) != 0) {
-            assert_true(real & half[i].cap);
-            assert_string_equal(choice, "neon");
-            assert_int_equal(mla_force_backend(MLA_OP_DECODE, half[i].backend), MLA_OK);
-            assert_string_equal(selected(MLA_OP_DECODE, half[i].cfg), half[i].backend);
-            assert_int_equal(mla_force_backend(MLA_OP_DECODE, NULL), MLA_OK);
-        }
-    }
+     * FMLAL one, by their timing */
+    expect_half_choice(MLA_OP_DECODE, &bf16q, "neon", real);
+    expect_half_choice(MLA_OP_DECODE, &f16, "neon", real);
     support_use_cpu(&support_cpu_neoverse_n1);
     assert_string_equal(selected(MLA_OP_DECODE, &bf16q), "neon");
     assert_string_equal(selected(MLA_OP_DECODE, &f16), "neon");
@@ -221,8 +245,21 @@ static void test_validate_reasons(void **state)
     assert_int_equal(mla_backend_validate("ref", MLA_OP_DECODE, &cfg, &why), MLA_ERR_INVALID_ARGUMENT);
 }
 
-/* The route a backend's table gives a config: its bf16 dot-product GEMM for
- * bf16 q with a bf16 cache, its f16 GEMM for f16 with f16, else f32. */
+/* The table's kernel in the named slot; NULL where it has none, or where
+ * this build has no such slot. */
+static void *slot_kernel(const mla_backend_desc *b, const char *slot)
+{
+    int n;
+    const mla_kernel_slot *slots = mla_kernel_slots(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(slots[i].name, slot) == 0)
+            return mla_kernel_get(&b->kernels, &slots[i]);
+    return NULL;
+}
+
+/* The route a backend's table gives a config: its bf16 tile GEMM, else its
+ * bf16 dot-product GEMM, for bf16 q with a bf16 cache, its f16 GEMM for f16
+ * with f16, else f32. */
 static void test_backend_route(void **state)
 {
     (void)state;
@@ -235,7 +272,9 @@ static void test_backend_route(void **state)
     for (int i = 0; i < mla_backend_count(); i++) {
         const mla_backend_desc *b = mla_backend_at(i);
         assert_string_equal(mla_backend_route(b->name, &bf16),
-                            b->kernels.gemm_bf16dot ? "bf16-dot" : "f32");
+                            slot_kernel(b, "gemm_bf16tile") ? "amx-bf16"
+                            : b->kernels.gemm_bf16dot       ? "bf16-dot"
+                                                            : "f32");
         assert_string_equal(mla_backend_route(b->name, &f16),
                             b->kernels.gemm_f16f16 ? "f16" : "f32");
         assert_string_equal(mla_backend_route(b->name, &f32q), "f32");
@@ -269,7 +308,7 @@ static void test_env_max_isa(void **state)
     assert_string_equal(why.text[0], "cpu lacks avx512f (masked by MLA_MAX_ISA=avx2)");
 
     support_setenv("MLA_MAX_ISA", "avx512");
-    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx512_bf16");
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), spr_convert_choice());
     /* masks only down: asking for avx512 on an AVX2 CPU adds nothing */
     support_use_cpu(&support_cpu_zen3);
     support_setenv("MLA_MAX_ISA", "avx512");
@@ -351,15 +390,15 @@ static void test_env_invalid_backend(void **state)
 #endif
 }
 
-/* Runs init with stderr captured into buf. */
-static void capture_init_stderr(char *buf, size_t size)
+/* Runs run() with stderr captured into buf. */
+static void capture_stderr(void (*run)(void), char *buf, size_t size)
 {
     fflush(stderr);
     int saved = dup(2);
     FILE *tmp = tmpfile();
     assert_non_null(tmp);
     dup2(fileno(tmp), 2);
-    mla_init();
+    run();
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -369,15 +408,20 @@ static void capture_init_stderr(char *buf, size_t size)
     fclose(tmp);
 }
 
+static void run_init(void)
+{
+    mla_init();
+}
+
 static void test_env_log(void **state)
 {
     (void)state;
     char out[8192];
     support_setenv("MLA_PREFILL_BACKEND", "cuda"); /* even errors stay silent... */
-    capture_init_stderr(out, sizeof out);
+    capture_stderr(run_init, out, sizeof out);
     assert_string_equal(out, "");
     support_setenv("MLA_LOG", "1"); /* ...unless asked */
-    capture_init_stderr(out, sizeof out);
+    capture_stderr(run_init, out, sizeof out);
     assert_true(support_contains(out, "[mla] cpu: "));
     assert_true(support_contains(out, "[mla] backend ref"));
     assert_true(support_contains(out, "[mla] convert -> "));
@@ -478,8 +522,11 @@ static void test_register_custom(void **state)
 static void test_override_builtin(void **state)
 {
     (void)state;
-    /* replace ref by a stricter one: then nothing can run block_size 7 */
-    support_setenv("MLA_MAX_ISA", "ref");
+    /* replace ref by a stricter one: then nothing can run block_size 7 on a
+     * CPU without SIMD (one that offers none keeps the reasons of every other
+     * backend short enough for the message to end with ref's) */
+    static const mla_cpu_raw no_simd = {.arch = MLA_ARCH_OTHER};
+    support_use_cpu(&no_simd);
     mla_backend_desc d = *mla_backend_find("ref");
     d.block_size_multiple = 16;
     d.kernels.cvt_bf16_f32 = custom_bf16_f32;
@@ -557,6 +604,165 @@ static void test_register_bad_descriptors(void **state)
     assert_true(mla_backend_count() > before);
 }
 
+/* ---- AMX permission --------------------------------------------------------- */
+
+/* Sapphire Rapids before anyone has asked Linux for its tile state. */
+static const mla_cpu_raw *spr_unpermitted(void)
+{
+    static mla_cpu_raw raw;
+    raw = support_cpu_sapphire_rapids;
+    raw.amx_permitted = false;
+    return &raw;
+}
+
+/* The request seam: counts the requests and gives the answer set. */
+static int amx_requests;
+static bool amx_answer;
+
+static bool counting_amx_request(void)
+{
+    amx_requests++;
+    return amx_answer;
+}
+
+/* Presents `raw` with AMX requests counted from zero and answered `answer`. */
+static void use_cpu_answering_amx(const mla_cpu_raw *raw, bool answer)
+{
+    support_use_cpu(raw);
+    mla_dispatch_set_amx_request(counting_amx_request);
+    amx_requests = 0;
+    amx_answer = answer;
+}
+
+/* The name of a backend needing AMX: the built-in one where this build has
+ * it (initializing first, which asks for the tile state if it can run),
+ * else one registered here with ref's kernels (which then asks). */
+static const char *amx_backend(void)
+{
+    for (int i = 0; i < mla_backend_count(); i++)
+        if (mla_backend_at(i)->required_caps & X86_AMX)
+            return mla_backend_at(i)->name;
+    mla_backend_desc d = {
+        .size = sizeof d,
+        .name = "test_amx",
+        .isa = "ref",
+        .priority = -1, /* never auto-selected */
+        .required_caps = X86_AVX512_BASE | MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16,
+        .ops = 1u << MLA_OP_DECODE,
+        .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
+        .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
+    };
+    assert_int_equal(mla_register_backend(&d, false), MLA_OK);
+    return "test_amx";
+}
+
+static void test_amx_requested_once(void **state)
+{
+    (void)state;
+    use_cpu_answering_amx(spr_unpermitted(), true);
+    const char *name = amx_backend();
+    assert_int_equal(amx_requests, 1);
+    assert_int_equal(mla_cpu_caps() & X86_AMX, MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16);
+    mla_reasons why;
+    assert_int_equal(mla_backend_validate(name, MLA_OP_DECODE, NULL, &why), MLA_OK);
+    assert_int_equal(why.count, 0);
+    /* once per init: neither another call nor another AMX backend asks again */
+    mla_init();
+    mla_backend_desc d = *mla_backend_find(name);
+    d.name = "test_amx_2";
+    assert_int_equal(mla_register_backend(&d, false), MLA_OK);
+    assert_int_equal(amx_requests, 1);
+}
+
+static void test_amx_not_requested_when_permitted(void **state)
+{
+    (void)state;
+    use_cpu_answering_amx(&support_cpu_sapphire_rapids, false);
+    amx_backend();
+    assert_int_equal(amx_requests, 0);
+    assert_int_equal(mla_cpu_caps() & X86_AMX, MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16);
+}
+
+static void test_amx_not_requested_under_max_isa(void **state)
+{
+    (void)state;
+    use_cpu_answering_amx(spr_unpermitted(), true);
+    support_setenv("MLA_MAX_ISA", "avx2");
+    amx_backend();
+    assert_int_equal(amx_requests, 0);
+    assert_false(mla_cpu_caps_detected() & X86_AMX);
+    /* the avx512 level keeps AMX, so there it is asked for */
+    support_setenv("MLA_MAX_ISA", "avx512");
+    amx_backend();
+    assert_int_equal(amx_requests, 1);
+    support_setenv("MLA_MAX_ISA", NULL);
+}
+
+static void test_amx_not_requested_without_amx(void **state)
+{
+    (void)state;
+    const mla_cpu_raw *no_amx[] = {&support_cpu_zen3, &support_cpu_spr_no_zmm_os,
+                                   &support_cpu_graviton3};
+    for (size_t i = 0; i < sizeof no_amx / sizeof no_amx[0]; i++) {
+        use_cpu_answering_amx(no_amx[i], true);
+        amx_backend();
+        assert_int_equal(amx_requests, 0);
+        assert_false(mla_cpu_caps() & X86_AMX);
+    }
+}
+
+static void test_amx_hook_only_for_fake_cpu(void **state)
+{
+    (void)state;
+    use_cpu_answering_amx(NULL, true); /* the real CPU: Linux answers */
+    amx_backend();
+    assert_int_equal(amx_requests, 0);
+}
+
+static void test_amx_refused_is_a_reason(void **state)
+{
+    (void)state;
+    use_cpu_answering_amx(spr_unpermitted(), false);
+    const char *name = amx_backend();
+    assert_int_equal(amx_requests, 1);
+    mla_caps caps = mla_cpu_caps();
+    assert_false(caps & X86_AMX);
+    assert_int_equal(caps & (X86_AVX512_BASE | MLA_CAP_AVX512_BF16),
+                     X86_AVX512_BASE | MLA_CAP_AVX512_BF16);
+    mla_reasons why;
+    assert_int_equal(mla_backend_validate(name, MLA_OP_DECODE, NULL, &why), MLA_OK);
+    assert_int_equal(why.count, 2);
+    assert_string_equal(why.text[0], "cpu has amx_tile but Linux refused its tile state "
+                                     "(arch_prctl ARCH_REQ_XCOMP_PERM)");
+    assert_true(support_contains(why.text[1], "cpu has amx_bf16 but Linux refused"));
+#if defined(__x86_64__)
+    /* the other backends run as before */
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx512_bf16");
+#endif
+    assert_int_equal(mla_force_backend(MLA_OP_DECODE, name), MLA_ERR_BACKEND_INVALID);
+    assert_true(support_contains(mla_last_error(), "refused its tile state"));
+}
+
+static void run_amx_backend(void)
+{
+    amx_backend();
+}
+
+static void test_amx_log(void **state)
+{
+    (void)state;
+    char out[8192];
+    use_cpu_answering_amx(spr_unpermitted(), false);
+    support_setenv("MLA_LOG", "1");
+    capture_stderr(run_amx_backend, out, sizeof out);
+    assert_true(support_contains(out, "[mla] amx: asked Linux for tile state "
+                                      "(arch_prctl ARCH_REQ_XCOMP_PERM): refused"));
+    support_setenv("MLA_MAX_ISA", "avx2");
+    capture_stderr(run_init, out, sizeof out);
+    assert_true(support_contains(out, "[mla] amx: tile state not requested"));
+    support_setenv("MLA_MAX_ISA", NULL);
+}
+
 /* ---- status, messages, init ---------------------------------------------- */
 
 static void test_status_strings(void **state)
@@ -630,6 +836,7 @@ int main(void)
         cmocka_unit_test_setup(test_decode_sapphire_rapids, reset_state),
         cmocka_unit_test_setup(test_decode_os_without_zmm_state, reset_state),
         cmocka_unit_test_setup(test_decode_amx_permission_denied, reset_state),
+        cmocka_unit_test_setup(test_decode_granite_rapids, reset_state),
         cmocka_unit_test_setup(test_decode_without_osxsave, reset_state),
         cmocka_unit_test_setup(test_decode_graviton3, reset_state),
         cmocka_unit_test_setup(test_cap_names, reset_state),
@@ -648,6 +855,13 @@ int main(void)
         cmocka_unit_test_setup(test_override_builtin, reset_state),
         cmocka_unit_test_setup(test_block_size_supported, reset_state),
         cmocka_unit_test_setup(test_register_bad_descriptors, reset_state),
+        cmocka_unit_test_setup(test_amx_requested_once, reset_state),
+        cmocka_unit_test_setup(test_amx_not_requested_when_permitted, reset_state),
+        cmocka_unit_test_setup(test_amx_not_requested_under_max_isa, reset_state),
+        cmocka_unit_test_setup(test_amx_not_requested_without_amx, reset_state),
+        cmocka_unit_test_setup(test_amx_hook_only_for_fake_cpu, reset_state),
+        cmocka_unit_test_setup(test_amx_refused_is_a_reason, reset_state),
+        cmocka_unit_test_setup(test_amx_log, reset_state),
         cmocka_unit_test_setup(test_status_strings, reset_state),
         cmocka_unit_test_setup(test_last_error_is_thread_local, reset_state),
         cmocka_unit_test_setup(test_init_once_across_threads, reset_state),

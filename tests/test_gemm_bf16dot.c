@@ -1,8 +1,9 @@
 /*
  * The bf16 dot-product GEMMs, one flavour per instruction: vdpbf16ps
- * (AVX512_BF16) and BFDOT (FEAT_BF16), whose roundings differ. Each ref twin
- * against answers recorded from its instruction and against a
- * double-precision dot product; each kernel, where this CPU has it,
+ * (AVX512_BF16), BFDOT (FEAT_BF16) and AMX-BF16's TDPBF16PS (the tile GEMM,
+ * gemm_bf16tile), whose roundings differ. Each ref twin against answers
+ * recorded from its instruction (TDPBF16PS's in test_tile_dpbf16ps.c) and
+ * against a double-precision dot product; each kernel, where this CPU has it,
  * bit-exact against its twin over tile edges, the hot decode shapes, padded
  * strides, unaligned pointers, both c_scale modes, and values that reach
  * denormals, zeros of both signs, overflow, infinities and NaNs; nothing
@@ -87,9 +88,10 @@ typedef struct flavour {
     double rounding;
     const known *answers;
     size_t answer_count;
+    bool nan_payloads; /* the twin gives the instruction's NaN bits too */
 } flavour;
 
-enum { FLAVOURS = 2 };
+enum { FLAVOURS = 3 };
 
 static void get_flavours(flavour f[FLAVOURS], bool report)
 {
@@ -97,19 +99,23 @@ static void get_flavours(flavour f[FLAVOURS], bool report)
     const mla_caps caps = mla_cpu_caps();
     (void)caps; /* unused on other architectures */
     f[0] = (flavour){"avx512_bf16", mla_gemm_bf16dot__ref, NULL, 0x1p-24, vdpbf16ps_answers,
-                     sizeof vdpbf16ps_answers / sizeof vdpbf16ps_answers[0]};
+                     sizeof vdpbf16ps_answers / sizeof vdpbf16ps_answers[0], true};
     f[1] = (flavour){"neon_bf16", mla_gemm_bf16dot__ref_bfdot, NULL, 0x1p-23, bfdot_answers,
-                     sizeof bfdot_answers / sizeof bfdot_answers[0]};
+                     sizeof bfdot_answers / sizeof bfdot_answers[0], true};
+    /* up to 2 roundings per element of k: the lanes', then each step's two */
+    f[2] = (flavour){"avx512_amx", mla_gemm_bf16tile__ref, NULL, 0x1p-23, NULL, 0, false};
 #if defined(__x86_64__)
     if (caps & MLA_CAP_AVX512_BF16)
         f[0].kernel = mla_gemm_bf16dot__avx512_bf16;
+    if ((caps & MLA_CAP_AMX_TILE) && (caps & MLA_CAP_AMX_BF16))
+        f[2].kernel = mla_gemm_bf16tile__avx512_amx;
 #elif defined(__aarch64__)
     if (caps & MLA_CAP_NEON_BF16)
         f[1].kernel = mla_gemm_bf16dot__neon_bf16;
 #endif
     for (int i = 0; i < FLAVOURS; i++)
         if (report && !f[i].kernel)
-            print_message("[ SKIPPED  ] mla_gemm_bf16dot__%s: not on this cpu (its twin is tested)\n", f[i].name);
+            print_message("[ SKIPPED  ] the %s kernel: not on this cpu (its twin is tested)\n", f[i].name);
 }
 
 static uint32_t one_lane(gemm_bf16dot_fn f, const known *t)
@@ -291,6 +297,16 @@ static void check_same(const char *who, const dot_case *g, const operands *o, co
     support_expect_c(who, what, g->m, g->n, o->ldc, o->c_len, want, got);
 }
 
+/* Every NaN inside the m x n submatrix as one NaN, for a twin that does
+ * not model NaN payloads. */
+static void same_nans(const dot_case *g, const operands *o, float *c)
+{
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++)
+            if (isnan(c[SUPPORT_C_GUARD + i * o->ldc + j]))
+                c[SUPPORT_C_GUARD + i * o->ldc + j] = NAN;
+}
+
 /* The twin (guards, and against double for moderate values), then the
  * kernel bit-exact against the twin when there is one. */
 static void check_case(const flavour *fl, const dot_case *g)
@@ -302,6 +318,10 @@ static void check_case(const flavour *fl, const dot_case *g)
         check_twin_against_double(fl, g, &o, want);
     if (fl->kernel) {
         float *got = run(fl->kernel, g, &o);
+        if (!fl->nan_payloads) {
+            same_nans(g, &o, want);
+            same_nans(g, &o, got);
+        }
         check_same(fl->name, g, &o, want, got);
         free(got);
     }
@@ -407,7 +427,54 @@ static void random_of(const flavour *fl)
         print_message("[ KERNEL   ] %s: bit-exact with its ref twin\n", fl->name);
 }
 
-/* Runs each check for both flavours. */
+/* ---- the pair packing (interleave_u16) ------------------------------------------ */
+
+/* n up to 100 straddles every vector width and tail, then long rows; the
+ * pointers sit one element off alignment; guards around dst must stay. */
+static void interleave_on(const mla_backend_desc *b, void *ctx)
+{
+    (void)ctx;
+    enum { N = 1100, PAD = 9, GUARD = 0xa5a5 };
+    uint16_t *even = malloc((N + 1) * sizeof *even), *odd = malloc((N + 1) * sizeof *odd);
+    uint16_t *dst = malloc((2 * N + 2 * PAD) * sizeof *dst);
+    assert_non_null(even);
+    assert_non_null(odd);
+    assert_non_null(dst);
+    for (int64_t n = 0; n <= N; n = n < 100 ? n + 1 : n + 333) {
+        for (int with_odd = 0; with_odd < 2; with_odd++) {
+            for (int64_t i = 0; i <= N; i++) {
+                even[i] = (uint16_t)support_random();
+                odd[i] = (uint16_t)support_random();
+            }
+            for (int64_t i = 0; i < 2 * N + 2 * PAD; i++)
+                dst[i] = GUARD;
+            b->kernels.interleave_u16(dst + PAD, even + 1, with_odd ? odd + 1 : NULL, n);
+            for (int64_t i = 0; i < 2 * N + 2 * PAD; i++) {
+                int64_t e = (i - PAD) / 2;
+                uint16_t want = i < PAD || i >= PAD + 2 * n ? GUARD
+                                : (i - PAD) % 2 == 0      ? even[1 + e]
+                                : with_odd                ? odd[1 + e]
+                                                          : 0;
+                if (dst[i] != want)
+                    fail_msg("%s interleave_u16 n=%lld %s: dst[%lld] = 0x%04x, want 0x%04x",
+                             b->name, (long long)n, with_odd ? "two rows" : "no odd row",
+                             (long long)(i - PAD), dst[i], want);
+            }
+        }
+    }
+    free(even);
+    free(odd);
+    free(dst);
+}
+
+static void test_interleave(void **state)
+{
+    (void)state;
+    support_use_cpu(NULL);
+    assert_true(support_each_backend(MLA_OP_CONVERT, NULL, interleave_on, NULL) >= 1);
+}
+
+/* Runs each check for every flavour. */
 #define FOR_EACH_FLAVOUR(check)                                                        \
     static void test_##check(void **state)                                           \
     {                                                                                \
@@ -432,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_hot_shapes),
         cmocka_unit_test(test_flush_band),
         cmocka_unit_test(test_random),
+        cmocka_unit_test(test_interleave),
     };
     return cmocka_run_group_tests_name("gemm_bf16dot", tests, NULL, NULL);
 }

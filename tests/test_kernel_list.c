@@ -29,6 +29,7 @@ static const struct {
     {"avx512_bf16", "gemm_bf16dot"},
     {"neon_bf16", "gemm_bf16dot"},
     {"neon_fhm", "gemm_f16f16"},
+    {"avx512_amx", "gemm_bf16tile"},
 };
 
 /* The suite that runs each slot's kernel on every backend this CPU can run:
@@ -45,6 +46,7 @@ static const struct {
     {"store_fence", "test_cache"},    {"gemm_f32", "test_gemm"},
     {"gemm_bf16", "test_gemm"},       {"gemm_f16f16", "test_gemm"},
     {"gemm_bf16dot", "test_gemm_bf16dot"}, {"scale_add_f32", "test_merge"},
+    {"gemm_bf16tile", "test_gemm_bf16dot"}, {"interleave_u16", "test_gemm_bf16dot"},
 };
 
 static const mla_kernel_slot *find_slot(const char *name)

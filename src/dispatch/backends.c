@@ -13,6 +13,20 @@
 static const mla_backend_desc builtin_backends[] = {
 #if defined(__x86_64__)
     {
+        /* AMX-BF16 tiles (TDPBF16PS) for QK and PV when q is bf16 and the
+         * cache bf16 or fp8 (dequantised to bf16) */
+        .size = sizeof(mla_backend_desc),
+        .name = "avx512_amx",
+        .isa = "avx512_amx",
+        .priority = 50,
+        .required_caps = AVX512_CAPS | MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16,
+        .ops = ALL_OPS,
+        .q_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16),
+        .cache_dtypes = MLA_DTYPE_BIT(MLA_DTYPE_BF16) | MLA_DTYPE_BIT(MLA_DTYPE_FP8_E4M3) |
+                        MLA_DTYPE_BIT(MLA_DTYPE_FP8_E5M2),
+        .kernels = MLA_KERNEL_TABLE(avx512, .gemm_bf16tile = mla_gemm_bf16tile__avx512_amx),
+    },
+    {
         /* vdpbf16ps for QK and PV when both q and the cache are bf16 */
         .size = sizeof(mla_backend_desc),
         .name = "avx512_bf16",

@@ -31,11 +31,13 @@
 #define L7_EDX_AVX512_FP16 (1u << 23)
 #define L7_EDX_AMX_TILE (1u << 24)
 #define L71_EAX_AVX512_BF16 (1u << 5)
+#define L71_EAX_AMX_FP16 (1u << 21)
 /* XCR0: state components the OS saves */
 #define XCR0_YMM 0x6ull       /* SSE + AVX                         */
 #define XCR0_ZMM 0xe6ull      /* + opmask, ZMM_Hi256, Hi16_ZMM      */
 #define XCR0_AMX 0x60000ull   /* XTILECFG + XTILEDATA               */
-/* Linux arch_prctl request for AMX tile data (asm/prctl.h, 5.16+) */
+/* Linux arch_prctl permission for AMX tile data (asm/prctl.h, 5.16+) */
+#define ARCH_GET_XCOMP_PERM 0x1022
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 /* AArch64 hwcaps (asm/hwcap.h) */
@@ -75,6 +77,7 @@ static mla_caps decode_x86(const mla_cpu_raw *r)
     if (amx) {
         caps |= (r->leaf7_edx & L7_EDX_AMX_TILE) ? MLA_CAP_AMX_TILE : 0;
         caps |= (r->leaf7_edx & L7_EDX_AMX_BF16) ? MLA_CAP_AMX_BF16 : 0;
+        caps |= (r->leaf7_1_eax & L71_EAX_AMX_FP16) ? MLA_CAP_AMX_FP16 : 0;
     }
     return caps;
 }
@@ -130,13 +133,26 @@ void mla_cpu_read(mla_cpu_raw *raw)
         __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
         raw->xcr0 = ((uint64_t)hi << 32) | lo;
     }
-    /* Linux keeps AMX tile data off until the process asks for it. */
-    if ((raw->leaf7_edx & L7_EDX_AMX_TILE) && (raw->xcr0 & XCR0_AMX) == XCR0_AMX)
-        raw->amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    /* Linux keeps AMX tile data off until the process asks for it; reading
+     * only looks, so that a process that will never use AMX never asks (init
+     * asks, through mla_cpu_request_amx, when an AMX backend could run). */
+    uint64_t perm = 0;
+    if ((raw->leaf7_edx & L7_EDX_AMX_TILE) && (raw->xcr0 & XCR0_AMX) == XCR0_AMX &&
+        syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &perm) == 0)
+        raw->amx_permitted = (perm >> XFEATURE_XTILEDATA) & 1;
 #elif defined(__aarch64__)
     raw->arch = MLA_ARCH_AARCH64;
     raw->hwcap = getauxval(AT_HWCAP);
     raw->hwcap2 = getauxval(AT_HWCAP2);
+#endif
+}
+
+bool mla_cpu_request_amx(void)
+{
+#if defined(__x86_64__)
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return false;
 #endif
 }
 
@@ -156,6 +172,7 @@ static const struct {
     {MLA_CAP_AVX512_FP16, "avx512_fp16"},
     {MLA_CAP_AMX_TILE, "amx_tile"},
     {MLA_CAP_AMX_BF16, "amx_bf16"},
+    {MLA_CAP_AMX_FP16, "amx_fp16"},
     {MLA_CAP_NEON, "neon"},
     {MLA_CAP_NEON_FP16, "neon_fp16"},
     {MLA_CAP_NEON_BF16, "neon_bf16"},
@@ -195,7 +212,7 @@ static const struct {
     {"avx2", MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C},
     {"avx512", MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C | MLA_CAP_AVX512F |
                    MLA_CAP_AVX512BW | MLA_CAP_AVX512VL | MLA_CAP_AVX512DQ | MLA_CAP_AVX512_BF16 |
-                   MLA_CAP_AVX512_FP16 | MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16},
+                   MLA_CAP_AVX512_FP16 | MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16 | MLA_CAP_AMX_FP16},
     {"neon", MLA_CAP_NEON | MLA_CAP_NEON_FP16 | MLA_CAP_NEON_BF16 | MLA_CAP_SVE | MLA_CAP_NEON_FHM},
 };
 

@@ -2,7 +2,9 @@
  * Initialization, the backend registry, validation and selection.
  *
  * Init runs once (double-checked under a mutex, so tests can reset it): read
- * the CPU, mask it by MLA_MAX_ISA, load the built-in backends, apply
+ * MLA_MAX_ISA, read the CPU, asking Linux for AMX tile state if a built-in
+ * backend needing it could run (or, later, the first such registered one),
+ * mask the caps by MLA_MAX_ISA, load the built-in backends, apply
  * MLA_<OP>_BACKEND. Selection per call: the forced backend if it is valid for
  * the config, else the first valid backend in priority order.
  */
@@ -25,6 +27,7 @@
 #define MAX_BACKENDS 32
 #define NAME_LEN 32
 #define MESSAGE_LEN 1024
+#define AMX_CAPS (MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16 | MLA_CAP_AMX_FP16)
 
 typedef struct registry_entry {
     mla_backend_desc desc; /* desc.name / desc.isa point into the arrays below */
@@ -52,6 +55,13 @@ typedef struct dispatch_state {
     mla_caps detected, caps;
     mla_caps real; /* the CPU's own, even under a fake reader: what may execute */
     char max_isa[NAME_LEN]; /* MLA_MAX_ISA as given, "" if unset */
+    mla_caps keep;          /* what MLA_MAX_ISA keeps; every bit if unset */
+    /* the reader's readings, with the AMX permission as init left it, and who
+     * answers a request for it: Linux, or the test seam under a fake reader */
+    mla_cpu_raw raw;
+    mla_amx_request_fn *request_amx;
+    bool amx_asked;
+    mla_caps amx_refused; /* AMX caps the CPU has but Linux refused tile state for */
     /* a malformed environment fails every op with this */
     mla_status env_status;
     char env_error[MESSAGE_LEN];
@@ -66,6 +76,7 @@ typedef struct dispatch_state {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool ready;
 static mla_cpu_reader cpu_reader;
+static mla_amx_request_fn *amx_request;
 static dispatch_state g;
 
 static _Thread_local char last_backend[NAME_LEN];
@@ -244,6 +255,9 @@ static void collect_reasons(const mla_backend_desc *b, mla_op op, const mla_conf
         mla_cap bit = (mla_cap)(missing & -missing);
         if (g.detected & bit)
             add_reason(out, "cpu lacks %s (masked by MLA_MAX_ISA=%s)", mla_cap_name(bit), g.max_isa);
+        else if (g.amx_refused & bit)
+            add_reason(out, "cpu has %s but Linux refused its tile state "
+                       "(arch_prctl ARCH_REQ_XCOMP_PERM)", mla_cap_name(bit));
         else
             add_reason(out, "cpu lacks %s", mla_cap_name(bit));
     }
@@ -282,6 +296,69 @@ static void join_reasons(const mla_reasons *r, char *buf, size_t size)
         len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? "; " : "", r->text[i]);
 }
 
+/* ---- CPU and AMX permission ----------------------------------------------- */
+
+/* The reader's CPU as it would decode with AMX tile state granted. */
+static mla_caps caps_if_permitted(void)
+{
+    mla_cpu_raw granted = g.raw;
+    granted.amx_permitted = true;
+    return mla_cpu_caps_decode(&granted);
+}
+
+/* Whether asking for AMX tile state could let a backend needing `required`
+ * run: it needs AMX, nobody has asked yet, and with the permission the CPU
+ * (its CPUID and XCR0 tile state) would have all it needs, MLA_MAX_ISA
+ * keeping it. */
+static bool amx_request_helps(mla_caps required)
+{
+    return (required & AMX_CAPS) && !g.amx_asked && !g.raw.amx_permitted &&
+           (required & ~(caps_if_permitted() & g.keep)) == 0;
+}
+
+/* Asks for AMX tile state when that helps a backend needing `required`, at
+ * most once per init: only then, because the permission binds the process
+ * (Linux then insists on signal stacks large enough for the tile state).
+ * True if it asked; a refusal is kept for the reasons. */
+static bool request_amx_locked(mla_caps required)
+{
+    if (!amx_request_helps(required))
+        return false;
+    g.amx_asked = true;
+    g.raw.amx_permitted = g.request_amx();
+    g.amx_refused = g.raw.amx_permitted ? 0 : caps_if_permitted() & AMX_CAPS;
+    log_line("amx: asked Linux for tile state (arch_prctl ARCH_REQ_XCOMP_PERM): %s",
+             g.raw.amx_permitted ? "granted" : "refused");
+    return true;
+}
+
+/* g.detected and g.caps from the reader's readings; g.real from the real CPU,
+ * read after any request, so that only Linux's own answer gives it AMX. */
+static void update_caps(void)
+{
+    g.detected = mla_cpu_caps_decode(&g.raw);
+    g.caps = g.detected & g.keep;
+    mla_cpu_raw real;
+    mla_cpu_read(&real);
+    g.real = mla_cpu_caps_decode(&real);
+}
+
+/* MLA_MAX_ISA into g.keep (every bit if unset; an unknown level fails
+ * every op). */
+static void read_max_isa(void)
+{
+    g.keep = ~(mla_caps)0;
+    const char *max_isa = getenv("MLA_MAX_ISA");
+    if (!max_isa || !max_isa[0])
+        return;
+    snprintf(g.max_isa, sizeof g.max_isa, "%s", max_isa);
+    if (!mla_isa_level_mask(max_isa, &g.keep)) {
+        g.env_status = MLA_ERR_BAD_ENV;
+        snprintf(g.env_error, sizeof g.env_error,
+                 "MLA_MAX_ISA=%s is not one of: ref, avx2, avx512, neon", max_isa);
+    }
+}
+
 /* ---- initialization ------------------------------------------------------ */
 
 static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode,
@@ -318,6 +395,8 @@ static void log_state(void)
     char caps[256];
     mla_caps_format(g.detected, caps, sizeof caps);
     log_line("cpu: %s", caps[0] ? caps : "(no SIMD)");
+    if (!g.amx_asked && !g.raw.amx_permitted && (caps_if_permitted() & AMX_CAPS))
+        log_line("amx: tile state not requested (no backend needing it can run)");
     if (g.max_isa[0]) {
         mla_caps_format(g.caps, caps, sizeof caps);
         log_line("MLA_MAX_ISA=%s: using %s", g.max_isa, caps[0] ? caps : "(no SIMD)");
@@ -355,30 +434,20 @@ static void init_locked(void)
     const char *log = getenv("MLA_LOG");
     g.log = log && log[0] && strcmp(log, "0") != 0;
 
-    mla_cpu_raw raw;
-    (cpu_reader ? cpu_reader : mla_cpu_read)(&raw);
-    g.detected = g.caps = mla_cpu_caps_decode(&raw);
-    mla_cpu_read(&raw);
-    g.real = mla_cpu_caps_decode(&raw);
-
+    /* MLA_MAX_ISA first, as it decides whether AMX is worth asking for; the
+     * caps before the backends, as inserting one times its routes on what
+     * can run here */
+    read_max_isa();
+    (cpu_reader ? cpu_reader : mla_cpu_read)(&g.raw);
+    g.request_amx = cpu_reader && amx_request ? amx_request : mla_cpu_request_amx;
     int n;
     const mla_backend_desc *builtin = mla_builtin_backends(&n);
+    for (int i = 0; i < n; i++)
+        request_amx_locked(builtin[i].required_caps);
+    update_caps();
     g.count = 0;
     for (int i = 0; i < n; i++)
         insert_entry(&builtin[i]);
-
-    const char *max_isa = getenv("MLA_MAX_ISA");
-    if (max_isa && max_isa[0]) {
-        mla_caps keep;
-        snprintf(g.max_isa, sizeof g.max_isa, "%s", max_isa);
-        if (mla_isa_level_mask(max_isa, &keep)) {
-            g.caps &= keep;
-        } else {
-            g.env_status = MLA_ERR_BAD_ENV;
-            snprintf(g.env_error, sizeof g.env_error,
-                     "MLA_MAX_ISA=%s is not one of: ref, avx2, avx512, neon", max_isa);
-        }
-    }
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const char *name = getenv(op_env[op]);
         if (!name || !name[0])
@@ -436,6 +505,13 @@ void mla_set_cpu_reader(mla_cpu_reader reader)
 {
     pthread_mutex_lock(&lock);
     cpu_reader = reader;
+    pthread_mutex_unlock(&lock);
+}
+
+void mla_dispatch_set_amx_request(mla_amx_request_fn *fn)
+{
+    pthread_mutex_lock(&lock);
+    amx_request = fn;
     pthread_mutex_unlock(&lock);
 }
 
@@ -624,6 +700,10 @@ mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
     } else {
         if (i >= 0)
             remove_entry(i);
+        /* a backend needing AMX may be the first that could use it; ask
+         * before inserting, which times its routes on what can run here */
+        if (request_amx_locked(desc->required_caps))
+            update_caps();
         insert_entry(desc);
     }
     pthread_mutex_unlock(&lock);

@@ -4,8 +4,20 @@
 
 #include "mla_backend.h"
 
-/* The real CPU reader (CPUID/XCR0 or getauxval). */
+/* The real CPU reader (CPUID/XCR0 or getauxval). It only looks at the AMX
+ * permission; asking for it is mla_cpu_request_amx's. */
 void mla_cpu_read(mla_cpu_raw *raw);
+
+/* Asks Linux for AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM); true
+ * if granted. Init calls it, once, when an AMX backend could run. */
+bool mla_cpu_request_amx(void);
+
+/* The test seam for that request under a fake CPU reader: fn answers in its
+ * place for the fake CPU (NULL restores mla_cpu_request_amx). What the real
+ * CPU may execute is still read from Linux, never from fn. Takes effect at
+ * the next initialization. */
+typedef bool mla_amx_request_fn(void);
+void mla_dispatch_set_amx_request(mla_amx_request_fn *fn);
 
 /* The capabilities an MLA_MAX_ISA level keeps; false for an unknown level. */
 bool mla_isa_level_mask(const char *name, mla_caps *keep);

@@ -44,8 +44,11 @@ mla_gemm_f16f16_fn mla_gemm_f16f16__ref;
  * arithmetic (src/kernels/ref/tile_dpbf16ps.c). */
 void mla_tile_dpbf16ps__ref(int64_t m, int64_t n, int64_t pairs, const uint16_t *a, int64_t lda,
                             const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
+/* The tile GEMM's twin: TDPBF16PS's arithmetic, 16 pairs per step. */
+mla_gemm_bf16tile_fn mla_gemm_bf16tile__ref;
 #if defined(__x86_64__)
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__avx512_bf16;
+mla_gemm_bf16tile_fn mla_gemm_bf16tile__avx512_amx;
 #elif defined(__aarch64__)
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__neon_bf16;
 mla_gemm_f16f16_fn mla_gemm_f16f16__neon_fhm;

@@ -1,5 +1,6 @@
 #include "attention_route.h"
 
+#include "core/dtype.h"
 #include "core/policy.h"
 #include "core/size.h"
 #include "elementwise.h"
@@ -50,27 +51,28 @@ static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *
 {
     (void)k, (void)q_dtype, (void)scale, (void)row;
     const int64_t pair = route->pair;
+    const uint16_t *q_nope = nope, *q_pe = pe;
     uint16_t *q = qt;
-    for (int64_t d = 0; d < l + rope; d++)
-        q[(d / pair) * pair * ld + pair * r + d % pair] =
-            d < l ? ((const uint16_t *)nope)[d] : ((const uint16_t *)pe)[d - l];
-}
-
-/* ---- bf16 dot --------------------------------------------------------------- */
-
-static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
-                           int64_t stride, const void *qt, float *s, const float *c_scale)
-{
-    k->gemm_bf16dot(n, ld, d, keys, stride / 2, 1, qt, 2 * ld, s, ld, c_scale);
-}
-
-/* dst[2e] = even[e], dst[2e + 1] = odd[e] (0 without an odd row). */
-static void interleave_pairs(uint16_t *dst, const uint16_t *even, const uint16_t *odd, int64_t n)
-{
-    for (int64_t e = 0; e < n; e++) {
-        dst[2 * e] = even[e];
-        dst[2 * e + 1] = odd ? odd[e] : 0;
+    if (l % pair == 0) { /* each group of `pair` lies in one array: copy whole groups */
+        for (int64_t d = 0; d < l; d += pair)
+            memcpy(q + d * ld + pair * r, q_nope + d, (size_t)pair * sizeof *q);
+        for (int64_t d = 0; d < rope; d += pair)
+            memcpy(q + (l + d) * ld + pair * r, q_pe + d, (size_t)pair * sizeof *q);
+        return;
     }
+    for (int64_t d = 0; d < l + rope; d++)
+        q[(d / pair) * pair * ld + pair * r + d % pair] = d < l ? q_nope[d] : q_pe[d - l];
+}
+
+/* ---- bf16 pairs: vdpbf16ps / BFDOT, and AMX tiles -------------------------------- */
+
+/* The two bf16-pair routes share their layouts and differ in the GEMM: the
+ * bf16 dot slot (one instruction per pair) or the tile slot (TDPBF16PS). */
+static void scores_pairs(mla_gemm_bf16dot_fn *gemm, int64_t n, int64_t ld, int64_t d,
+                         const void *keys, int64_t stride, const void *qt, float *s,
+                         const float *c_scale)
+{
+    gemm(n, ld, d, keys, stride / 2, 1, qt, 2 * ld, s, ld, c_scale);
 }
 
 /* Scratch: P in bf16, then P and V packed as pairs along the tile's keys. */
@@ -81,7 +83,7 @@ static int64_t p_half_floats(int64_t ld)
 
 /* P (rounded to bf16) and V packed as pairs along the tile's rows, a zero
  * row completing an odd tile. */
-static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
+static void values_pairs(mla_gemm_bf16dot_fn *gemm, const mla_kernels *k, const mla_attn_values *v)
 {
     uint16_t *p16 = (uint16_t *)v->scratch;
     uint16_t *pp = (uint16_t *)(v->scratch + p_half_floats(v->ld));
@@ -94,11 +96,34 @@ static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
     for (int64_t j = 0; j < v->n; j += 2) {
         bool odd = j + 1 < v->n;
         const uint16_t *next_p = odd ? p16 + (j + 1) * v->ld : NULL;
-        interleave_pairs(pp + j * v->ld, p16 + j * v->ld, next_p, v->ld);
-        interleave_pairs(vp + j * v->width, rows[j], odd ? rows[j + 1] : NULL, v->width);
+        k->interleave_u16(pp + j * v->ld, p16 + j * v->ld, next_p, v->ld);
+        k->interleave_u16(vp + j * v->width, rows[j], odd ? rows[j + 1] : NULL, v->width);
     }
-    k->gemm_bf16dot(v->ld, v->width, mla_round_up(v->n, 2), pp, 1, v->ld, vp, 2 * v->width, v->o,
-                    v->width, v->alpha);
+    gemm(v->ld, v->width, mla_round_up(v->n, 2), pp, 1, v->ld, vp, 2 * v->width, v->o, v->width,
+         v->alpha);
+}
+
+static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
+                           int64_t stride, const void *qt, float *s, const float *c_scale)
+{
+    scores_pairs(k->gemm_bf16dot, n, ld, d, keys, stride, qt, s, c_scale);
+}
+
+static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
+{
+    values_pairs(k->gemm_bf16dot, k, v);
+}
+
+static void scores_bf16tile(const mla_kernels *k, int64_t n, int64_t ld, int64_t d,
+                            const void *keys, int64_t stride, const void *qt, float *s,
+                            const float *c_scale)
+{
+    scores_pairs(k->gemm_bf16tile, n, ld, d, keys, stride, qt, s, c_scale);
+}
+
+static void values_bf16tile(const mla_kernels *k, const mla_attn_values *v)
+{
+    values_pairs(k->gemm_bf16tile, k, v);
 }
 
 /* ---- f16 ------------------------------------------------------------------ */
@@ -130,6 +155,12 @@ static const mla_attn_route route_f32 = {
 /* Half-precision routes, in the order a backend's kernels are looked at. */
 static const mla_attn_route half_routes[] = {
     {
+        .name = "amx-bf16", .dtype = MLA_DTYPE_BF16, .fp8_keys = true, .pair = 2,
+        .q_elem = sizeof(uint16_t),
+        .kernel = offsetof(mla_kernels, gemm_bf16tile),
+        .pack_q = pack_q_raw, .scores = scores_bf16tile, .values = values_bf16tile,
+    },
+    {
         .name = "bf16-dot", .dtype = MLA_DTYPE_BF16, .pair = 2, .q_elem = sizeof(uint16_t),
         .kernel = offsetof(mla_kernels, gemm_bf16dot),
         .pack_q = pack_q_raw, .scores = scores_bf16dot, .values = values_bf16dot,
@@ -153,7 +184,8 @@ const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype
 {
     for (int i = 0; i < HALF_ROUTES; i++) {
         const mla_attn_route *r = &half_routes[i];
-        if (mla_attn_route_available(k, r) && q_dtype == r->dtype && key_dtype == r->dtype &&
+        bool keys = key_dtype == r->dtype || (r->fp8_keys && mla_dtype_is_fp8(key_dtype));
+        if (mla_attn_route_available(k, r) && q_dtype == r->dtype && keys &&
             width % r->pair == 0 && stride % r->pair == 0)
             return r;
     }

@@ -10,6 +10,9 @@
  *   bf16-dot  gemm_bf16dot (vdpbf16ps, BFDOT), when q and the keys are bf16:
  *             q, P (rounded to bf16) and V packed as bf16 pairs along the
  *             GEMM depth; keys read in place; the scale applied to S.
+ *   amx-bf16  gemm_bf16tile (AMX-BF16 TDPBF16PS), when q is bf16 and the
+ *             keys bf16 or fp8 (dequantised to bf16 rows once per tile,
+ *             shared by both GEMMs): the bf16-dot route's layouts on tiles.
  *   f16       gemm_f16f16 (FMLAL), when q and the keys are f16: the f32
  *             route's layouts with f16 elements, keys and V read in place,
  *             P rounded to f16; the scale applied to S.
@@ -43,6 +46,9 @@ typedef struct mla_attn_route {
     const char *name;
     /* the dtype q and the keys must have; MLA_DTYPE_F32 takes any (widened) */
     mla_dtype dtype;
+    /* fp8 keys are taken too: the driver dequantises them into rows of
+     * `dtype`, which both GEMMs then read */
+    bool fp8_keys;
     /* elements packed in pairs along the depth: widths and row strides must
      * be multiples of this */
     int64_t pair;
@@ -79,7 +85,7 @@ const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype
 /* The half-precision routes, in the order mla_attn_route_for tries them
  * (*count gets MLA_ATTN_HALF_ROUTES): what dispatch times at init for each
  * backend whose table has their kernel. */
-#define MLA_ATTN_HALF_ROUTES 2
+#define MLA_ATTN_HALF_ROUTES 3
 const mla_attn_route *mla_attn_half_routes(int *count);
 
 /* Floats of per-thread scratch the values product of any route needs for a

@@ -33,6 +33,7 @@
 
 #include "attention.h"
 #include "attention_route.h"
+#include "core/dtype.h"
 #include "core/policy.h"
 #include "core/size.h"
 #include "elementwise.h"
@@ -159,18 +160,20 @@ static int64_t split_tile(const decode_ctx *c, int64_t b, int64_t t, int64_t n, 
     return count;
 }
 
-/* Widens n rows (row stride `stride` elements) of the cache into dst [n][d]. */
-static void widen_rows(const decode_ctx *c, float *dst, const char *src, int64_t n, int64_t stride)
+/* Converts n rows (row stride `stride` elements) of the cache into dst
+ * [n][d] in the route's dtype (f32, or bf16 from fp8). */
+static void widen_rows(const decode_ctx *c, void *dst, const char *src, int64_t n, int64_t stride)
 {
     const mla_kv_cache *cache = c->cache;
     const int64_t d = c->shape.d;
+    const mla_dtype to = c->route->dtype;
     if (stride == d) {
-        mla_convert_run(c->k, dst, MLA_DTYPE_F32, src, cache->dtype, n * d, cache->scale);
+        mla_convert_run(c->k, dst, to, src, cache->dtype, n * d, cache->scale);
         return;
     }
     for (int64_t r = 0; r < n; r++)
-        mla_convert_run(c->k, dst + r * d, MLA_DTYPE_F32, src + r * stride * c->elem_cache, cache->dtype,
-                        d, cache->scale);
+        mla_convert_run(c->k, (char *)dst + r * d * mla_dtype_size(to), to,
+                        src + r * stride * c->elem_cache, cache->dtype, d, cache->scale);
 }
 
 /* The next tile's cache rows, asked for ahead of their use so that they
@@ -197,10 +200,11 @@ static void prefetch_rows(const decode_ctx *c, prefetch_cursor *pf, int64_t n)
     }
 }
 
-/* Cache rows the route's GEMMs read in place; others are widened to f32. */
+/* Cache rows the route's GEMMs read in place; others are converted to the
+ * route's dtype (widened to f32, or fp8 dequantised to bf16). */
 static bool rows_in_place(const decode_ctx *c)
 {
-    return c->route->dtype != MLA_DTYPE_F32 || c->cache->dtype == MLA_DTYPE_F32;
+    return c->route->dtype == c->cache->dtype;
 }
 
 /* S[j][r] for the tile's rows, run by run. Rows the GEMM cannot read in
@@ -211,7 +215,9 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
     const decode_shape *s = &c->shape;
     const int64_t stride = c->cache->entry_stride;
     const float *qt = ws + c->x.qt;
-    float *sc = ws + c->x.s, *kf = ws + c->x.kf;
+    float *sc = ws + c->x.s;
+    char *kf = (char *)(ws + c->x.kf);
+    const int64_t row_bytes = s->d * mla_dtype_size(c->route->dtype);
     for (int64_t q = 0; q < nruns; q++) {
         const mla_key_run *run = &runs[q];
         if (rows_in_place(c)) {
@@ -224,7 +230,7 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
             int64_t n = run->count - j;
             n = n < MLA_ATTN_WIDEN_ROWS ? n : MLA_ATTN_WIDEN_ROWS;
             prefetch_rows(c, pf, n);
-            float *rows = kf + (run->first + j) * s->d;
+            char *rows = kf + (run->first + j) * row_bytes;
             widen_rows(c, rows, (const char *)run->rows + j * stride * c->elem_cache, n, stride);
             c->route->scores(c->k, n, s->mb, s->d, rows, s->d, qt, sc + (run->first + j) * s->mb,
                              NULL);

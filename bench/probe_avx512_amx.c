@@ -1,0 +1,119 @@
+/* The AMX-BF16 throughput probe: TDPBF16PS on full tiles, the ceiling of
+ * kernels that run on the tile unit. Called on any x86-64 CPU to find out
+ * whether AMX runs there, so it is built with -mamx-tile -mamx-bf16 alone
+ * (isa_flags): no AVX instruction can come before the checks do. */
+#include "probe.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define L1_ECX_OSXSAVE (1u << 27)
+#define L7_EDX_AMX_BF16 (1u << 22)
+#define L7_EDX_AMX_TILE (1u << 24)
+#define XCR0_AMX 0x60000ull /* XTILECFG + XTILEDATA */
+/* Linux arch_prctl request for AMX tile data (asm/prctl.h, 5.16+) */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+enum { ROWS = 16, ROW_BYTES = 64 };
+
+/* The 64-byte operand of LDTILECFG. */
+typedef struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* The CPU has AMX-TILE and AMX-BF16, the OS saves tile state, and Linux lets
+ * this process use tile data (it stays off until asked for; the permission
+ * is the process's, so asking again from every thread is harmless). */
+static bool amx_usable(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & L1_ECX_OSXSAVE))
+        return false; /* without OSXSAVE, xgetbv itself would fault */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return false;
+    const unsigned amx = L7_EDX_AMX_BF16 | L7_EDX_AMX_TILE;
+    if ((d & amx) != amx)
+        return false;
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((((uint64_t)hi << 32) | lo) & XCR0_AMX) != XCR0_AMX)
+        return false;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+/* The tile intrinsics hand their asm only an address, so gcc 12 sees no read
+ * of the bytes behind it and drops the stores that fill them; this makes
+ * them visible first. */
+static void publish(const void *p)
+{
+    __asm__ volatile("" : : "r"(p) : "memory");
+}
+
+/* Palette 1, tiles 0-7 all 16 rows x 64 bytes. */
+static void configure_tiles(void)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = ROWS;
+        cfg.colsb[t] = ROW_BYTES;
+    }
+    publish(&cfg);
+    _tile_loadconfig(&cfg);
+}
+
+/* Four independent accumulators C0-C3 (tmm0-3), each fed every round by one
+ * of A0, A1 (tmm4-5) and one of B0, B1 (tmm6-7): four chains in flight cover
+ * TDPBF16PS's latency at one issue per 16 cycles. Returns 0 where AMX-BF16
+ * cannot run. */
+double bench_amx_probe(int64_t iters, float *sink)
+{
+    enum { CHAINS = 4 };
+    if (!amx_usable())
+        return 0;
+    configure_tiles();
+
+    /* bf16 1.0 and 2^-10: C grows by 2^-5 a round, far from overflow */
+    _Alignas(64) uint16_t a[ROWS * ROW_BYTES / 2], b[ROWS * ROW_BYTES / 2];
+    for (int i = 0; i < ROWS * ROW_BYTES / 2; i++) {
+        a[i] = 0x3f80;
+        b[i] = 0x3a80;
+    }
+    publish(a);
+    publish(b);
+    _tile_loadd(4, a, ROW_BYTES);
+    _tile_loadd(5, a, ROW_BYTES);
+    _tile_loadd(6, b, ROW_BYTES);
+    _tile_loadd(7, b, ROW_BYTES);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+
+    float c[CHAINS][ROWS * ROW_BYTES / 4];
+    _tile_stored(0, c[0], ROW_BYTES);
+    _tile_stored(1, c[1], ROW_BYTES);
+    _tile_stored(2, c[2], ROW_BYTES);
+    _tile_stored(3, c[3], ROW_BYTES);
+    _tile_release();
+    float sum = 0;
+    for (int t = 0; t < CHAINS; t++)
+        sum += c[t][0];
+    *sink = sum;
+    /* each instruction: 16 x 16 outputs, 32 bf16 products each */
+    return 2.0 * ROWS * ROWS * 32 * CHAINS * (double)iters;
+}
