@@ -208,7 +208,7 @@ static bool rows_in_place(const decode_ctx *c)
 }
 
 /* S[j][r] for the tile's rows, run by run. Rows the GEMM cannot read in
- * place are widened into kf MLA_ATTN_WIDEN_ROWS at a time. */
+ * place are converted into kf first. */
 static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs, int64_t nruns,
                         prefetch_cursor *pf)
 {
@@ -226,9 +226,13 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
                              sc + run->first * s->mb, NULL);
             continue;
         }
-        for (int64_t j = 0; j < run->count; j += MLA_ATTN_WIDEN_ROWS) {
+        /* f32 rows a few at a time, so the FMA kernel finds them in L1; bf16
+         * rows (fp8 dequantised) a run at a time, since tiles take 16 rows
+         * per load and stream them from L2 well */
+        const int64_t piece = c->route->dtype == MLA_DTYPE_F32 ? MLA_ATTN_WIDEN_ROWS : run->count;
+        for (int64_t j = 0; j < run->count; j += piece) {
             int64_t n = run->count - j;
-            n = n < MLA_ATTN_WIDEN_ROWS ? n : MLA_ATTN_WIDEN_ROWS;
+            n = n < piece ? n : piece;
             prefetch_rows(c, pf, n);
             char *rows = kf + (run->first + j) * row_bytes;
             widen_rows(c, rows, (const char *)run->rows + j * stride * c->elem_cache, n, stride);
