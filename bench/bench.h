@@ -29,6 +29,7 @@ typedef struct options {
     int q_dtype;                                           /* decode; -1: f32 */
     int64_t parts;   /* decode: schedule parts per call; 0: the op's default */
     bool scaling;                                          /* decode */
+    bool bf16_compute;                                     /* decode */
     bool tokens_set, heads_set; /* given: gemm's own defaults differ */
     bool batch_set;                        /* given: attn's own default differs */
     int64_t qk_dim, v_dim;                 /* attn: Dqk and Dv (rope_dim of Dqk is k_pe) */

@@ -128,7 +128,8 @@ static bool decode_bench_init(decode_bench *db, const options *o, const mla_conf
         .q_nope = db->q, .q_nope_token_stride = H * W, .q_nope_head_stride = W,
         .q_pe = (char *)db->q + L * q_size, .q_pe_token_stride = H * W, .q_pe_head_stride = W,
         .cache = &db->cache, .block_table = db->block_table, .block_table_cols = cols,
-        .seq_lens = db->seq_lens, .out = db->out, .out_token_stride = H * L, .out_head_stride = L};
+        .seq_lens = db->seq_lens, .out = db->out, .out_token_stride = H * L, .out_head_stride = L,
+        .bf16_compute = o->bf16_compute};
     if (o->parts > 0) {
         db->sched = (mla_decode_sched_params){.num_parts = o->parts, .block_n = 16, .overhead = 2};
         db->args.sched = &db->sched;
@@ -306,7 +307,8 @@ int cmd_decode(const options *o, const plan *unused)
     mla_config cfg = {.q_dtype = o->q_dtype < 0 ? MLA_DTYPE_F32 : (mla_dtype)o->q_dtype,
                       .cache_dtype = o->cache_dtype < 0 ? MLA_DTYPE_BF16 : (mla_dtype)o->cache_dtype,
                       .kv_lora_rank = o->kv_lora_rank, .rope_dim = o->rope_dim,
-                      .num_heads = o->heads, .block_size = o->block_size};
+                      .num_heads = o->heads, .block_size = o->block_size,
+                      .bf16_compute = o->bf16_compute};
     int threads[2], nthreads = 0;
     if (o->scaling)
         threads[nthreads++] = 1;

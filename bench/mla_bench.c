@@ -8,7 +8,8 @@
  *             [--tokens T] [--block-size B] [--cache-dtype D] [--src-dtype D] [--json]
  *   mla_bench decode  [--threads N] [--backend NAME] [--reps R] [--heads H] [--batch B]
  *             [--ctx C] [--sq S] [--q-dtype D] [--cache-dtype D] [--block-size B]
- *             [--kv-lora-rank L] [--rope-dim R] [--parts N] [--scaling] [--json]
+ *             [--kv-lora-rank L] [--rope-dim R] [--parts N] [--scaling] [--bf16-compute]
+ *             [--json]
  *   mla_bench attn    [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
  *             [--batch B] [--qk-dim D] [--v-dim D] [--rope-dim R] [--whole-k]
  *             [--causal|--no-causal] [--q-dtype D] [--json]
@@ -89,7 +90,10 @@ static const char usage_text[] =
     "  gemm      mla_up_proj (kv_b_proj up-projection, the packed GEMM): M = --tokens\n"
     "            (default 2048), K = --kv-lora-rank, N = --heads (default 16) x (128 +\n"
     "            128), kv_c and W in --q-dtype (f32 or bf16; default f32), f32 out;\n"
-    "            GFLOP/s = 2MNK / time, against each backend's FMA peak\n"
+    "            GFLOP/s = 2MNK / time, against each backend's FMA peak (the AMX-BF16\n"
+    "            probe's on avx512_amx with bf16 operands); op up_proj_<dt> packs W\n"
+    "            in the call, up_proj_<dt>_packed takes it packed ahead\n"
+    "            (mla_pack_kv_b_proj, as the prefill op does)\n"
     "  prefill   mla_prefill of --batch requests (default 1) of --tokens new tokens\n"
     "            (default 64) after --ctx cached ones, --heads (default 16), L 512,\n"
     "            R 64, P = V = 128, --q-dtype over a --cache-dtype cache (bf16), at\n"
@@ -124,6 +128,7 @@ static const char usage_text[] =
     "  --parts N       decode: split-KV schedule parts per call (default: one\n"
     "                  per thread), with the op's 16-token blocks and overhead 2\n"
     "  --scaling       decode: also at 1 thread, and the scaling summary\n"
+    "  --bf16-compute  decode: f32 q opts into bf16 compute (bf16_compute)\n"
     "  --qk-dim D      attn: q and k head dim (default 192)\n"
     "  --v-dim D       attn: v and out head dim (default 128)\n"
     "  --whole-k       attn: k [S, H, qk-dim] instead of k_nope + shared k_pe\n"
@@ -291,6 +296,8 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
                 o->parts = v;
         } else if (strcmp(a, "--scaling") == 0) {
             o->scaling = true;
+        } else if (strcmp(a, "--bf16-compute") == 0) {
+            o->bf16_compute = true;
         } else if (strcmp(a, "--qk-dim") == 0) {
             if ((ok = int_arg(argc, argv, &i, 1, MLA_FLASH_ATTN_MAX_DIM, &v)))
                 o->qk_dim = v;

@@ -152,6 +152,7 @@ typedef struct mla_config {
     int64_t rope_dim;     /* R, 64 for DeepSeek V2/V3                         */
     int64_t num_heads;    /* query heads on this rank                        */
     int64_t block_size;   /* tokens per KV-cache block                       */
+    bool bf16_compute;    /* decode's opt-in (mla_decode_args.bf16_compute)   */
 } mla_config;
 
 /* The DeepSeek V3 shape: f32 q, bf16 cache, L=512, R=64, 128 heads, block 64. */
@@ -478,6 +479,12 @@ typedef struct mla_decode_args {
      * batch-invariant results: bit-identical for every thread count and batch
      * composition with the same split_blocks and block_n. */
     const mla_decode_sched_params *sched;
+    /* f32 q: run the attention GEMMs in bf16 where the backend has a bf16
+     * tile route (avx512_amx): q and any non-bf16 cache rows are rounded to
+     * bf16 (fp8 dequantised), P too, with f32 accumulation and softmax; the
+     * results are within bf16 tolerance rather than f32's. Default false:
+     * f32 q keeps the f32 route. Ignored for bf16 and f16 q. */
+    bool bf16_compute;
 } mla_decode_args;
 
 /* Query i of request b sees cache rows j <= seq_lens[b] - s_q + i (causal,

@@ -188,7 +188,8 @@ mla_config case_config_of(const mla_decode_args *a)
 {
     return (mla_config){.q_dtype = a->q_dtype, .cache_dtype = a->cache->dtype,
                         .kv_lora_rank = a->kv_lora_rank, .rope_dim = a->rope_dim,
-                        .num_heads = a->num_heads, .block_size = a->cache->block_size};
+                        .num_heads = a->num_heads, .block_size = a->cache->block_size,
+                        .bf16_compute = a->bf16_compute};
 }
 
 /* Query i of a request of len rows with s_q queries sees this many rows. */
@@ -389,7 +390,8 @@ void dcase_make(dcase *c, const dspec *s, bool with_oracle)
                            .rope_dim = s->R, .scale = 1.7f / sqrtf((float)D),
                            .q_dtype = s->q_dtype, .cache = &c->pg.cache,
                            .block_table = c->pg.block_table, .block_table_cols = c->pg.cols,
-                           .seq_lens = c->lens, .sched = s->sched};
+                           .seq_lens = c->lens, .sched = s->sched,
+                           .bf16_compute = s->bf16_compute};
     make_q(c);
     const int64_t size = mla_dtype_size(s->q_dtype);
     a->out_head_stride = L + (s->pad ? 3 : 0);
@@ -449,16 +451,38 @@ static void expect_lse_guards(const unsigned char *buf, size_t bytes, bool writt
     }
 }
 
-/* The lse bound for query row (token t, head h) of request b. A route that
- * computes in bf16 rounds fp8 keys to bf16 (relative error 2^-9 each), which
- * moves every score by at most 2^-9 |scale| sum_d |q_d| max|K|, and the lse
- * by no more than the largest score moves. */
-static double lse_tol_of(const dcase *c, const char *backend, int64_t b, int64_t t, int64_t h)
+/* Whether backend computes c in bf16 from operands of other dtypes: q
+ * (f32, opted in) and the keys (fp8, or f32 and f16 opted in). */
+typedef struct rounding {
+    bool q, keys;
+} rounding;
+
+static rounding rounding_of(const dcase *c, const char *backend)
 {
     const mla_decode_args *a = &c->args;
     const mla_config cfg = case_config_of(a);
     const char *route = mla_backend_route(backend, &cfg);
-    if (!route || strcmp(route, "f32") == 0 || !mla_dtype_is_fp8(a->cache->dtype))
+    if (!route || strcmp(route, "f32") == 0)
+        return (rounding){false, false};
+    return (rounding){a->q_dtype == MLA_DTYPE_F32, a->cache->dtype != MLA_DTYPE_BF16};
+}
+
+/* The dtype whose output tolerance applies: bf16 where q was rounded to it. */
+static mla_dtype tol_dtype(const dcase *c, const char *backend)
+{
+    return rounding_of(c, backend).q ? MLA_DTYPE_BF16 : c->args.q_dtype;
+}
+
+/* The lse bound for query row (token t, head h) of request b. A route that
+ * computes in bf16 rounds q and keys of other dtypes to bf16 (relative
+ * error 2^-9 each), which moves every score by at most 2^-9 |scale|
+ * sum_d |q_d| max|K| per rounded operand, and the lse by no more than the
+ * largest score moves. */
+static double lse_tol_of(const dcase *c, const char *backend, int64_t b, int64_t t, int64_t h)
+{
+    const mla_decode_args *a = &c->args;
+    const rounding r = rounding_of(c, backend);
+    if (!r.q && !r.keys)
         return LSE_TOL;
     double q1 = 0.0;
     for (int64_t d = 0; d < a->kv_lora_rank; d++)
@@ -467,7 +491,7 @@ static double lse_tol_of(const dcase *c, const char *backend, int64_t b, int64_t
     for (int64_t d = 0; d < a->rope_dim; d++)
         q1 += fabs(oracle_load_table(a->q_dtype, a->q_pe,
                                      t * a->q_pe_token_stride + h * a->q_pe_head_stride + d, 1.0f));
-    return LSE_TOL + 0x1p-9 * fabs((double)a->scale) * q1 * c->max_k[b];
+    return LSE_TOL + (r.q + r.keys) * 0x1p-9 * fabs((double)a->scale) * q1 * c->max_k[b];
 }
 
 void dcase_check(const dcase *c, const char *backend)
@@ -479,7 +503,8 @@ void dcase_check(const dcase *c, const char *backend)
     memcpy(mask, c->out_buf, c->out_bytes);
     for (int64_t b = 0; b < a->num_reqs; b++) {
         const int64_t len = c->lens[b];
-        const double tol = case_out_tol(a->q_dtype, len) * c->max_v[b];
+        const mla_dtype td = tol_dtype(c, backend);
+        const double tol = case_out_tol(td, len) * c->max_v[b];
         for (int64_t i = 0; i < s_q; i++) {
             const int64_t t = b * s_q + i, n = visible(len, s_q, i);
             for (int64_t h = 0; h < H; h++) {
@@ -502,11 +527,11 @@ void dcase_check(const dcase *c, const char *backend)
                                  "out[%lld][%lld][%lld] = %.9g, want %.9g: |err| %.3g > %.3g x "
                                  "max|V| %.4g", backend, c->label, (long long)b, (long long)len,
                                  (long long)i, (long long)t, (long long)h, (long long)l, got,
-                                 want, err, case_out_tol(a->q_dtype, len), c->max_v[b]);
+                                 want, err, case_out_tol(td, len), c->max_v[b]);
                     worst = err > worst ? err : worst;
                 }
                 if (n > 0 && c->max_v[b] > 0)
-                    note_worst(&worst_out[a->q_dtype], worst / c->max_v[b]);
+                    note_worst(&worst_out[td], worst / c->max_v[b]);
                 memset(mask + ((unsigned char *)a->out - c->out_buf) + at * size, GUARD,
                        (size_t)(L * size));
                 if (a->lse) {
@@ -554,7 +579,7 @@ void dcase_print_accuracy(void)
 {
     print_message("[ ACCURACY ] decode, worst |out - oracle| / max|V|: f32 %.2e (tol >= %.0e), "
                   "bf16 %.2e (tol %.0e), f16 %.2e (tol %.0e); worst |lse - oracle| %.2e "
-                  "(tol %.0e, more for fp8 keys rounded to bf16)\n", worst_out[MLA_DTYPE_F32], case_out_tol(MLA_DTYPE_F32, 0),
+                  "(tol %.0e, more where q or keys are rounded to bf16)\n", worst_out[MLA_DTYPE_F32], case_out_tol(MLA_DTYPE_F32, 0),
                   worst_out[MLA_DTYPE_BF16], case_out_tol(MLA_DTYPE_BF16, 0),
                   worst_out[MLA_DTYPE_F16], case_out_tol(MLA_DTYPE_F16, 0), worst_lse, LSE_TOL);
 }

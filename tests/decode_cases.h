@@ -136,6 +136,7 @@ typedef struct dspec {
     int64_t misalign; /* q, out and cache pointers this many elements off 64 bytes */
     junk_kind junk;
     const mla_decode_sched_params *sched;
+    bool bf16_compute; /* mla_decode_args.bf16_compute */
 } dspec;
 
 typedef struct dcase {

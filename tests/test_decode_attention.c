@@ -191,6 +191,65 @@ static void test_every_backend(void **state)
     assert_true(set.count >= 1);
 }
 
+/* ---- the bf16 compute opt-in (f32 q) ------------------------------------------------------- */
+
+typedef struct opt_in_run {
+    dcase *c;
+    int bf16_routes; /* backends that took a bf16 route for it */
+} opt_in_run;
+
+/* Opted in: within bf16 tolerance where the backend has a route that takes
+ * it (q and keys rounded to bf16), else f32's tolerance, and the very bits
+ * of the call without the opt-in where the backend takes that too. */
+static void run_opted_in(const mla_backend_desc *b, void *ctx)
+{
+    opt_in_run *r = ctx;
+    dcase *c = r->c;
+    mla_config cfg = case_config_of(&c->args);
+    const bool f32 = strcmp(mla_backend_route(b->name, &cfg), "f32") == 0;
+    dcase_run_on(c, b, 2, 0);
+    r->bf16_routes += !f32;
+    mla_reasons plain;
+    cfg.bf16_compute = false;
+    assert_int_equal(mla_backend_validate(b->name, MLA_OP_DECODE, &cfg, &plain), MLA_OK);
+    if (!f32 || plain.count > 0)
+        return;
+    unsigned char *opted = malloc(c->out_bytes);
+    assert_non_null(opted);
+    memcpy(opted, c->out_buf, c->out_bytes);
+    c->args.bf16_compute = false;
+    dcase_decode(c, b->name, 2, 0);
+    c->args.bf16_compute = true;
+    if (memcmp(opted, c->out_buf, c->out_bytes) != 0)
+        fail_msg("%s: %s: opting into bf16 compute on the f32 route changed the output",
+                 b->name, c->label);
+    free(opted);
+}
+
+static void test_bf16_compute(void **state)
+{
+    (void)state;
+    static const mla_dtype caches[] = {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_DTYPE_F16,
+                                       MLA_DTYPE_FP8_E4M3};
+    int bf16_routes = 0;
+    for (int k = 0; k < COUNT(caches); k++) {
+        dspec s = {.q_dtype = MLA_DTYPE_F32, .cache_dtype = caches[k], .s_q = 2, .H = 5,
+                   .L = 64, .R = 16, .block_size = 16, .form = Q_CONCAT, .pad = true,
+                   .lse = true, .threads = 2, .bf16_compute = true};
+        dspec_edge_lens(&s);
+        dcase c;
+        dcase_make(&c, &s, true);
+        const mla_config cfg = case_config_of(&c.args);
+        opt_in_run r = {.c = &c};
+        assert_true(support_each_backend(MLA_OP_DECODE, &cfg, run_opted_in, &r) >= 1);
+        bf16_routes += r.bf16_routes;
+        dcase_free(&c);
+    }
+    print_message("[ BF16     ] f32 q opted into bf16 compute: %d (backend, cache dtype) runs on a "
+                  "bf16 route, within bf16 tolerance; the rest kept the f32 route's bits\n",
+                  bf16_routes);
+}
+
 /* ---- split-KV ------------------------------------------------------------------------- */
 
 static void run_split_kv(const mla_backend_desc *b, void *ctx)
@@ -477,6 +536,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         CASE_TEST(test_every_backend),
+        CASE_TEST(test_bf16_compute),
         CASE_TEST(test_decode_sweep),
         CASE_TEST(test_split_kv),
         CASE_TEST(test_batch_invariant),

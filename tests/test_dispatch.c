@@ -264,8 +264,9 @@ static void test_backend_route(void **state)
 {
     (void)state;
     mla_config f32q = mla_config_default(); /* f32 q, bf16 cache */
-    mla_config bf16 = f32q, f16 = f32q, mixed = f32q;
+    mla_config bf16 = f32q, f16 = f32q, mixed = f32q, opted = f32q;
     bf16.q_dtype = bf16.cache_dtype = MLA_DTYPE_BF16;
+    opted.bf16_compute = true; /* f32 q, bf16 cache, computed in bf16 */
     f16.q_dtype = f16.cache_dtype = MLA_DTYPE_F16;
     mixed.q_dtype = MLA_DTYPE_BF16;
     mixed.cache_dtype = MLA_DTYPE_F16;
@@ -279,6 +280,9 @@ static void test_backend_route(void **state)
                             b->kernels.gemm_f16f16 ? "f16" : "f32");
         assert_string_equal(mla_backend_route(b->name, &f32q), "f32");
         assert_string_equal(mla_backend_route(b->name, &mixed), "f32");
+        /* the opt-in takes the tile route (q rounded), nothing else */
+        assert_string_equal(mla_backend_route(b->name, &opted),
+                            slot_kernel(b, "gemm_bf16tile") ? "amx-bf16" : "f32");
     }
 #if defined(__x86_64__)
     assert_string_equal(mla_backend_route("avx512_bf16", &bf16), "bf16-dot");

@@ -375,9 +375,12 @@ static void run_once(up_data *d, const mla_backend_desc *b, const unsigned char 
     free(w_packed);
 }
 
-/* The twin of a backend's bf16 dot kernel: the arithmetic of its ISA. */
+/* The twin of a backend's bf16 pair kernel: the tile GEMM's where it has
+ * one (the driver prefers it), else the arithmetic of its ISA's dot. */
 static mla_gemm_bf16dot_fn *dot_twin(const mla_backend_desc *b)
 {
+    if (b->kernels.gemm_bf16tile)
+        return mla_gemm_bf16tile__ref;
     if (strcmp(b->isa, "avx512_bf16") == 0)
         return mla_gemm_bf16dot__ref;
     if (strcmp(b->isa, "neon_bf16") == 0)
@@ -392,12 +395,13 @@ static mla_gemm_bf16dot_fn *dot_twin(const mla_backend_desc *b)
 static void up_on(const mla_backend_desc *b, void *ctx)
 {
     up_data *d = ctx;
-    const bool dot = b->kernels.gemm_bf16dot && d->c.a == MLA_DTYPE_BF16 &&
-                     d->c.w == MLA_DTYPE_BF16;
+    const bool dot = (b->kernels.gemm_bf16dot || b->kernels.gemm_bf16tile) &&
+                     d->c.a == MLA_DTYPE_BF16 && d->c.w == MLA_DTYPE_BF16;
     unsigned char *want = d->want_chain;
     if (dot) {
         float *c32 = dot_results(d, dot_twin(b));
-        /* two roundings per pair on BFDOT, one per element on vdpbf16ps */
+        /* two roundings per pair on BFDOT, one per element on vdpbf16ps, up
+         * to two per element on TDPBF16PS */
         expect_near_double(d, c32, d->k2, 0x1p-23, "bf16 dot");
         want = expected_arena(d, c32);
         free(c32);
@@ -473,6 +477,9 @@ static void test_edge_shapes(void **state)
         {.name = "S 64", .S = 64, .L = 512, .H = 3, .P = 48, .V = 49, .kv_pad = 1},
         {.name = "S 65", .S = 65, .L = 513, .H = 1, .P = 129, .V = 200},
         {.name = "S 129, L 1025", .S = 129, .L = 1025, .H = 1, .P = 47, .V = 96},
+        /* the AMX tile route's row blocks are 256 rows */
+        {.name = "S 256", .S = 256, .L = 70, .H = 1, .P = 33, .V = 20},
+        {.name = "S 257", .S = 257, .L = 71, .H = 2, .P = 17, .V = 130},
         {.name = "16 heads", .S = 20, .L = 64, .H = 16, .P = 16, .V = 16},
         {.name = "16 heads, deep", .S = 3, .L = 1025, .H = 16, .P = 200, .V = 127},
     };
@@ -759,9 +766,10 @@ static bool dot_packing_elsewhere(bad_env *e)
         mla_reasons why;
         if (mla_backend_validate(b->name, MLA_OP_PREFILL, &cfg, &why) != MLA_OK || why.count)
             continue;
-        if (b->kernels.gemm_bf16dot && !dot)
+        const bool pairs = b->kernels.gemm_bf16dot || b->kernels.gemm_bf16tile;
+        if (pairs && !dot)
             dot = b;
-        if (!b->kernels.gemm_bf16dot && !plain)
+        if (!pairs && !plain)
             plain = b;
     }
     if (!dot || !plain)

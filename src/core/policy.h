@@ -75,6 +75,12 @@ static inline int mla_team_size(int64_t work, int64_t min_per_thread, int thread
 /* Rows of A per row block: a block's widened A ([depth][rows], column by
  * column) is what one tile's micro-kernel calls broadcast from. */
 #define MLA_PACKED_GEMM_MC 64
+/* Rows per row block on the AMX tile route: each block streams all of W's
+ * segments, and tiles run W's bytes 4x faster than the FMA kernels do, so
+ * 64-row blocks left the tile GEMM waiting on W (24% of the AMX probe at
+ * 2048 x 4096 x 512 on dev-spr, 128 MB of W traffic); 256 rows cut that
+ * traffic 4x and a block's A (256 x 512 bf16) still sits in L2. */
+#define MLA_PACKED_GEMM_MC_TILE 256
 /* Depth per k block: later blocks resume from C with c_scale = ones. */
 #define MLA_PACKED_GEMM_KC 512
 /* Columns per segment piece, at most. */

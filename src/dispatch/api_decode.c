@@ -169,7 +169,8 @@ mla_status mla_decode(const mla_decode_args *args, void *workspace, int64_t work
         return st;
     mla_config cfg = {.q_dtype = args->q_dtype, .cache_dtype = c.dtype,
                       .kv_lora_rank = args->kv_lora_rank, .rope_dim = args->rope_dim,
-                      .num_heads = args->num_heads, .block_size = c.block_size};
+                      .num_heads = args->num_heads, .block_size = c.block_size,
+                      .bf16_compute = args->bf16_compute};
     const mla_kernels *k;
     const char *backend;
     if ((st = mla_dispatch(MLA_OP_DECODE, &cfg, &k, &backend)) != MLA_OK)
@@ -344,7 +345,8 @@ mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspa
     mla_check_cache(fn, attn.cache, &c); /* checked above: resolves the strides */
     mla_config cfg = {.q_dtype = attn.q_dtype, .cache_dtype = c.dtype,
                       .kv_lora_rank = attn.kv_lora_rank, .rope_dim = attn.rope_dim,
-                      .num_heads = attn.num_heads, .block_size = c.block_size};
+                      .num_heads = attn.num_heads, .block_size = c.block_size,
+                      .bf16_compute = attn.bf16_compute};
     const mla_kernels *k;
     const char *backend;
     if ((st = mla_dispatch(MLA_OP_DECODE, &cfg, &k, &backend)) != MLA_OK)

@@ -59,12 +59,12 @@ enum { PACK_HEADER = 64 };
 _Static_assert(sizeof(pack_header) == PACK_HEADER, "the header is one line");
 static const char pack_magic[8] = "mlakvb1";
 
-static pack_header header_of(const mla_up_proj_args *a, bool dot)
+static pack_header header_of(const mla_up_proj_args *a, bool dot, int64_t strip)
 {
     pack_header h = {.num_heads = a->num_heads, .kv_lora_rank = a->kv_lora_rank,
                      .qk_nope_dim = a->qk_nope_dim, .v_head_dim = a->v_head_dim,
                      .w_dtype = a->w_dtype, .kv_c_dtype = a->kv_c_dtype, .dot = dot,
-                     .strip = MLA_PACKED_GEMM_NR, .segment = MLA_PACKED_GEMM_NC};
+                     .strip = (int32_t)strip, .segment = MLA_PACKED_GEMM_NC};
     memcpy(h.magic, pack_magic, sizeof h.magic);
     return h;
 }
@@ -96,9 +96,10 @@ mla_status mla_up_proj_check_packed(const char *fn, const mla_up_proj_args *a, m
 {
     pack_header h, want;
     memcpy(&h, a->kv_b_proj_packed, sizeof h);
-    want = header_of(a, h.dot == 1);
+    want = header_of(a, h.dot == 1, h.strip);
     if (memcmp(h.magic, pack_magic, sizeof h.magic) != 0 || (h.dot != 0 && h.dot != 1) ||
-        h.strip != want.strip || h.segment != want.segment)
+        (h.strip != MLA_PACKED_GEMM_NR && h.strip != MLA_PACKED_GEMM_NC) ||
+        h.segment != want.segment)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: kv_b_proj_packed was not made by "
                         "mla_pack_kv_b_proj of this build", fn);
     if (memcmp(&h, &want, sizeof h) != 0)
@@ -116,10 +117,15 @@ mla_status mla_up_proj_check_packed(const char *fn, const mla_up_proj_args *a, m
     mla_status st = select_backend(a, &k, &backend);
     if (st != MLA_OK)
         return st;
-    if (h.dot && !k->gemm_bf16dot)
+    if (h.dot && !k->gemm_bf16dot && !k->gemm_bf16tile)
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: kv_b_proj_packed holds bf16 pairs for a bf16 "
-                        "dot-product route, which backend %s has not (pack it under the backend "
-                        "that runs the call)", fn, backend);
+                        "pair route (dot product or AMX tiles), which backend %s has not (pack "
+                        "it under the backend that runs the call)", fn, backend);
+    if (h.strip != mla_gemm_packed_strip(k, h.dot))
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: kv_b_proj_packed holds strips of %d columns; "
+                        "backend %s's route takes %lld (pack it under the backend that runs "
+                        "the call)", fn, (int)h.strip, backend,
+                        (long long)mla_gemm_packed_strip(k, h.dot));
     int64_t bytes = 0;
     packed_bytes(a, h.dot, &bytes); /* fits: the header matches a checked shape */
     span->lo = (const char *)a->kv_b_proj_packed;
@@ -302,7 +308,7 @@ mla_status mla_pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int64_
     if ((st = mla_check_apart(fn, "packed", out, "kv_b_proj",
                               mla_view_span(args->kv_b_proj, N, 1, L, L, 0, args->w_dtype))))
         return st;
-    const pack_header h = header_of(args, p.dot);
+    const pack_header h = header_of(args, p.dot, mla_gemm_packed_strip(p.kern, p.dot));
     memcpy(packed, &h, sizeof h);
     mla_up_proj_pack_run(p.kern, args, p.dot, (char *)packed + PACK_HEADER,
                          mla_resolve_threads(threads));

@@ -14,7 +14,8 @@ static const mla_backend_desc builtin_backends[] = {
 #if defined(__x86_64__)
     {
         /* AMX-BF16 tiles (TDPBF16PS) for QK and PV when q is bf16 and the
-         * cache bf16 or fp8 (dequantised to bf16) */
+         * cache bf16 or fp8 (dequantised to bf16), or f32 q opted into bf16
+         * compute with any cache (validated as bf16) */
         .size = sizeof(mla_backend_desc),
         .name = "avx512_amx",
         .isa = "avx512_amx",

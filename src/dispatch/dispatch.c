@@ -10,6 +10,7 @@
  */
 #include "dispatch.h"
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/common/attention_route.h"
 #include "kernels/common/flash_attn.h"
@@ -159,7 +160,8 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
 static const mla_attn_route *config_route(const mla_kernels *k, const mla_config *cfg)
 {
     int64_t width = cfg->kv_lora_rank + cfg->rope_dim;
-    return mla_attn_route_for(k, cfg->q_dtype, cfg->cache_dtype, width, width);
+    return mla_attn_route_for(k, cfg->q_dtype, cfg->cache_dtype, width, width,
+                              cfg->bf16_compute);
 }
 
 /* The speedup timed for `route` in the entry; 0 for the f32 route or an
@@ -242,6 +244,16 @@ static mla_status check_config(const mla_config *cfg)
     return MLA_OK;
 }
 
+/* The dtypes a backend is held to: a config opted into bf16 compute (f32
+ * q) has its q and non-fp8 cache rows rounded to bf16 before any GEMM, so
+ * it counts as bf16. */
+static void kernel_dtypes(const mla_config *cfg, mla_dtype *q, mla_dtype *cache)
+{
+    const bool opted_in = cfg->bf16_compute && cfg->q_dtype == MLA_DTYPE_F32;
+    *q = opted_in ? MLA_DTYPE_BF16 : cfg->q_dtype;
+    *cache = opted_in && !mla_dtype_is_fp8(cfg->cache_dtype) ? MLA_DTYPE_BF16 : cfg->cache_dtype;
+}
+
 /* Which config rules collect_reasons applies. */
 typedef enum { CHECK_ALL, IGNORE_BLOCK_SIZE } check_mode;
 
@@ -264,10 +276,12 @@ static void collect_reasons(const mla_backend_desc *b, mla_op op, const mla_conf
     /* dtypes, dims and block sizes matter only to the attention ops */
     if (!cfg || op == MLA_OP_CONVERT)
         return;
-    if (!(b->q_dtypes & MLA_DTYPE_BIT(cfg->q_dtype)))
-        add_reason(out, "q dtype %s not supported", mla_dtype_name(cfg->q_dtype));
-    if (!(b->cache_dtypes & MLA_DTYPE_BIT(cfg->cache_dtype)))
-        add_reason(out, "cache dtype %s not supported", mla_dtype_name(cfg->cache_dtype));
+    mla_dtype q, cache;
+    kernel_dtypes(cfg, &q, &cache);
+    if (!(b->q_dtypes & MLA_DTYPE_BIT(q)))
+        add_reason(out, "q dtype %s not supported", mla_dtype_name(q));
+    if (!(b->cache_dtypes & MLA_DTYPE_BIT(cache)))
+        add_reason(out, "cache dtype %s not supported", mla_dtype_name(cache));
     int64_t dim = cfg->kv_lora_rank + cfg->rope_dim;
     bool any_dim = true, dim_ok = false;
     char dims[64] = "";

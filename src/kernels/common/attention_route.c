@@ -43,16 +43,25 @@ static void values_f32(const mla_kernels *k, const mla_attn_values *v)
 
 /* Query row r as raw 16-bit values, the route's `pair` consecutive d per
  * row of Qt: element d at qt[(d / pair) * pair * ld + pair * r + d % pair]
- * (f16, pair 1: Qt[d][r]; bf16-dot, pair 2: bf16 pairs along d). The scale
- * is applied to the scores instead. */
+ * (f16, pair 1: Qt[d][r]; bf16-dot, pair 2: bf16 pairs along d); f32 q on
+ * a converting route is rounded first, in `row`. The scale is applied to
+ * the scores instead. */
 static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *qt, int64_t ld,
                        int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
                        mla_dtype q_dtype, float scale, float *row)
 {
-    (void)k, (void)q_dtype, (void)scale, (void)row;
+    (void)scale;
     const int64_t pair = route->pair;
     const uint16_t *q_nope = nope, *q_pe = pe;
     uint16_t *q = qt;
+    if (q_dtype != route->dtype) { /* f32 q on a converting route: rounded */
+        uint16_t *half = (uint16_t *)row;
+        mla_convert_run(k, half, route->dtype, nope, q_dtype, l, 1.0f);
+        if (rope > 0)
+            mla_convert_run(k, half + l, route->dtype, pe, q_dtype, rope, 1.0f);
+        q_nope = half;
+        q_pe = half + l;
+    }
     if (l % pair == 0) { /* each group of `pair` lies in one array: copy whole groups */
         for (int64_t d = 0; d < l; d += pair)
             memcpy(q + d * ld + pair * r, q_nope + d, (size_t)pair * sizeof *q);
@@ -155,7 +164,7 @@ static const mla_attn_route route_f32 = {
 /* Half-precision routes, in the order a backend's kernels are looked at. */
 static const mla_attn_route half_routes[] = {
     {
-        .name = "amx-bf16", .dtype = MLA_DTYPE_BF16, .fp8_keys = true, .pair = 2,
+        .name = "amx-bf16", .dtype = MLA_DTYPE_BF16, .converts = true, .pair = 2,
         .q_elem = sizeof(uint16_t),
         .kernel = offsetof(mla_kernels, gemm_bf16tile),
         .pack_q = pack_q_raw, .scores = scores_bf16tile, .values = values_bf16tile,
@@ -180,12 +189,16 @@ bool mla_attn_route_available(const mla_kernels *k, const mla_attn_route *route)
 }
 
 const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype,
-                                         mla_dtype key_dtype, int64_t width, int64_t stride)
+                                         mla_dtype key_dtype, int64_t width, int64_t stride,
+                                         bool bf16_compute)
 {
+    const bool opted_in = bf16_compute && q_dtype == MLA_DTYPE_F32;
     for (int i = 0; i < HALF_ROUTES; i++) {
         const mla_attn_route *r = &half_routes[i];
-        bool keys = key_dtype == r->dtype || (r->fp8_keys && mla_dtype_is_fp8(key_dtype));
-        if (mla_attn_route_available(k, r) && q_dtype == r->dtype && keys &&
+        bool query = q_dtype == r->dtype || (r->converts && opted_in);
+        bool keys = key_dtype == r->dtype ||
+                    (r->converts && (mla_dtype_is_fp8(key_dtype) || opted_in));
+        if (mla_attn_route_available(k, r) && query && keys &&
             width % r->pair == 0 && stride % r->pair == 0)
             return r;
     }

@@ -12,7 +12,9 @@
  *             GEMM depth; keys read in place; the scale applied to S.
  *   amx-bf16  gemm_bf16tile (AMX-BF16 TDPBF16PS), when q is bf16 and the
  *             keys bf16 or fp8 (dequantised to bf16 rows once per tile,
- *             shared by both GEMMs): the bf16-dot route's layouts on tiles.
+ *             shared by both GEMMs), or f32 q with any keys on the caller's
+ *             bf16_compute opt-in (q and keys rounded to bf16): the
+ *             bf16-dot route's layouts on tiles.
  *   f16       gemm_f16f16 (FMLAL), when q and the keys are f16: the f32
  *             route's layouts with f16 elements, keys and V read in place,
  *             P rounded to f16; the scale applied to S.
@@ -46,9 +48,10 @@ typedef struct mla_attn_route {
     const char *name;
     /* the dtype q and the keys must have; MLA_DTYPE_F32 takes any (widened) */
     mla_dtype dtype;
-    /* fp8 keys are taken too: the driver dequantises them into rows of
-     * `dtype`, which both GEMMs then read */
-    bool fp8_keys;
+    /* other operands are converted to `dtype`: fp8 keys always (the driver
+     * dequantises them into rows both GEMMs read), f32 q and f32 or f16
+     * keys when the caller opted into bf16 compute */
+    bool converts;
     /* elements packed in pairs along the depth: widths and row strides must
      * be multiples of this */
     int64_t pair;
@@ -77,10 +80,12 @@ typedef struct mla_attn_route {
 bool mla_attn_route_available(const mla_kernels *k, const mla_attn_route *route);
 
 /* The route for these operands: a half-precision route whose kernel k has
- * and whose dtype q and the keys both have, else f32. width and stride are
- * the key rows' (pair-packed routes need both even). */
+ * and whose dtype q and the keys both have (or that converts them: see
+ * `converts`; bf16_compute is the caller's opt-in), else f32. width and
+ * stride are the key rows' (pair-packed routes need both even). */
 const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype,
-                                         mla_dtype key_dtype, int64_t width, int64_t stride);
+                                         mla_dtype key_dtype, int64_t width, int64_t stride,
+                                         bool bf16_compute);
 
 /* The half-precision routes, in the order mla_attn_route_for tries them
  * (*count gets MLA_ATTN_HALF_ROUTES): what dispatch times at init for each

@@ -161,7 +161,8 @@ static int64_t split_tile(const decode_ctx *c, int64_t b, int64_t t, int64_t n, 
 }
 
 /* Converts n rows (row stride `stride` elements) of the cache into dst
- * [n][d] in the route's dtype (f32, or bf16 from fp8). */
+ * [n][d] in the route's dtype (f32, or bf16 from fp8 or, opted in, f32 and
+ * f16). */
 static void widen_rows(const decode_ctx *c, void *dst, const char *src, int64_t n, int64_t stride)
 {
     const mla_kv_cache *cache = c->cache;
@@ -375,7 +376,8 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
     decode_ctx c = {.k = k, .a = a, .cache = cache, .shape = shape_of(a),
                     .elem_q = mla_dtype_size(a->q_dtype), .elem_cache = mla_dtype_size(cache->dtype),
                     .route = mla_attn_route_for(k, a->q_dtype, cache->dtype,
-                                                a->kv_lora_rank + a->rope_dim, cache->entry_stride)};
+                                                a->kv_lora_rank + a->rope_dim, cache->entry_stride,
+                                                a->bf16_compute)};
     c.score_scale = c.route->q_scaled ? 1.0f : a->scale;
     c.x = scratch_of(&c.shape);
     const int64_t slots = split_prefix[a->num_reqs];

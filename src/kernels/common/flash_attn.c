@@ -336,7 +336,8 @@ void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void
                         int threads)
 {
     int64_t parity = key_parity(a);
-    run_on_route(k, a, workspace, threads, mla_attn_route_for(k, a->dtype, a->dtype, parity, parity));
+    run_on_route(k, a, workspace, threads,
+                 mla_attn_route_for(k, a->dtype, a->dtype, parity, parity, false));
 }
 
 /* ---- the prefill route timing ------------------------------------------------- */

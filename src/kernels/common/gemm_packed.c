@@ -6,12 +6,14 @@
 
 #include <omp.h>
 #include <stddef.h>
+#include <string.h>
 
 enum {
     MC = MLA_PACKED_GEMM_MC,
+    MC_MAX = MLA_PACKED_GEMM_MC > MLA_PACKED_GEMM_MC_TILE ? MLA_PACKED_GEMM_MC
+                                                         : MLA_PACKED_GEMM_MC_TILE,
     KC = MLA_PACKED_GEMM_KC,
     NC = MLA_PACKED_GEMM_NC,
-    NR = MLA_PACKED_GEMM_NR,
     MR = MLA_PACKED_GEMM_MR,
 };
 
@@ -26,8 +28,8 @@ static int64_t aligned_floats(int64_t floats)
 
 /* ---- the workspace ---------------------------------------------------------- */
 
-/* [ones: MC | A: m x k2 | B: n x k2 unless packed ahead | per thread: C tile
- * MC x NC], in floats, k2 the depth in whole pairs; the bf16 route's 16-bit
+/* [ones: MC_MAX | A: m x k2 | B: n x k2 unless packed ahead | per thread: C
+ * tile MC_MAX x NC], in floats, k2 the depth in whole pairs; the bf16 route's 16-bit
  * A and B fit the same regions. */
 typedef struct layout {
     int64_t k2, a, b, total;
@@ -39,11 +41,11 @@ static bool layout_of(int64_t m, int64_t n, int64_t k, bool w_packed, int thread
     l->k2 = mla_round_up(k, 2);
     if (!mla_mul_size(m, l->k2, &l->a) || !mla_gemm_packed_w_elems(n, k, &l->b) ||
         l->a > INT64_MAX / 8 || l->b > INT64_MAX / 8 ||
-        !mla_mul_size(aligned_floats(MC * NC), threads, &tiles))
+        !mla_mul_size(aligned_floats(MC_MAX * NC), threads, &tiles))
         return false;
     l->a = aligned_floats(l->a);
     l->b = w_packed ? 0 : aligned_floats(l->b);
-    return !__builtin_add_overflow(aligned_floats(MC) + l->a, l->b, &total) &&
+    return !__builtin_add_overflow(aligned_floats(MC_MAX) + l->a, l->b, &total) &&
            !__builtin_add_overflow(total, tiles, &total) &&
            mla_mul_size(total, sizeof(float), &total) &&
            !__builtin_add_overflow(total, MLA_ALIGN, &l->total);
@@ -114,6 +116,9 @@ typedef struct packed {
     const mla_kernels *kern;
     const mla_packed_gemm *g;
     bool dot;
+    bool tile; /* the dot route on gemm_bf16tile: A's rows kept whole */
+    int64_t mc; /* rows per row block */
+    int64_t nr; /* columns per W strip (mla_gemm_packed_strip) */
     int64_t k2;
     void *a, *b;
     const float *ones;
@@ -126,12 +131,12 @@ static void *at(const packed *pk, void *base, int64_t offset)
 
 static int64_t block_rows(const packed *pk, int64_t r)
 {
-    return pk->g->m - r * MC < MC ? pk->g->m - r * MC : MC;
+    return pk->g->m - r * pk->mc < pk->mc ? pk->g->m - r * pk->mc : pk->mc;
 }
 
-static int64_t strip_width(const mla_gemm_segment *s, int64_t j0)
+static int64_t strip_width(const packed *pk, const mla_gemm_segment *s, int64_t j0)
 {
-    return s->width - j0 < NR ? s->width - j0 : NR;
+    return s->width - j0 < pk->nr ? s->width - j0 : pk->nr;
 }
 
 /* Rows of A's micro-panel u (MR rows from u * MR). */
@@ -140,13 +145,24 @@ static int64_t panel_rows(const packed *pk, int64_t u)
     return pk->g->m - u * MR < MR ? pk->g->m - u * MR : MR;
 }
 
-/* Micro-panel u of A at offset u * MR * k2, [k][rows]. */
+/* Micro-panel u of A at offset u * MR * k2, [k][rows]; on the tile route its
+ * rows whole, row i at i * k2 (pairs along the row, an odd k completed by a
+ * zero). */
 static void pack_a_panel(const packed *pk, int64_t u)
 {
     const mla_packed_gemm *g = pk->g;
     const char *src = (const char *)g->a + u * MR * g->lda * mla_dtype_size(g->a_dtype);
-    pack_rows(pk->kern, src, g->a_dtype, g->lda, panel_rows(pk, u), g->k, pk->dot,
-              at(pk, pk->a, u * MR * pk->k2));
+    if (!pk->tile) {
+        pack_rows(pk->kern, src, g->a_dtype, g->lda, panel_rows(pk, u), g->k, pk->dot,
+                  at(pk, pk->a, u * MR * pk->k2));
+        return;
+    }
+    for (int64_t i = 0; i < panel_rows(pk, u); i++) {
+        uint16_t *dst = at(pk, pk->a, (u * MR + i) * pk->k2);
+        memcpy(dst, (const uint16_t *)src + i * g->lda, (size_t)g->k * sizeof *dst);
+        if (g->k % 2)
+            dst[g->k] = 0;
+    }
 }
 
 /* The segment's W rows, strip by strip: columns [col + j0, col + j0 + w) at
@@ -155,9 +171,9 @@ static void pack_segment(const packed *pk, const mla_gemm_segment *s)
 {
     const mla_packed_gemm *g = pk->g;
     const int64_t size = mla_dtype_size(g->w_dtype);
-    for (int64_t j0 = 0; j0 < s->width; j0 += NR)
+    for (int64_t j0 = 0; j0 < s->width; j0 += pk->nr)
         pack_rows(pk->kern, (const char *)s->w + j0 * g->ldw * size, g->w_dtype, g->ldw,
-                  strip_width(s, j0), g->k, pk->dot, at(pk, pk->b, (s->col + j0) * pk->k2));
+                  strip_width(pk, s, j0), g->k, pk->dot, at(pk, pk->b, (s->col + j0) * pk->k2));
 }
 
 /* ---- tiles ------------------------------------------------------------------- */
@@ -170,13 +186,18 @@ static void tile_product(const packed *pk, const mla_gemm_segment *s, int64_t r,
                          int64_t ldc)
 {
     const int64_t depth = pk->dot ? pk->k2 : pk->g->k; /* the pad pair is the dot's */
-    const int64_t u0 = r * (MC / MR), u1 = mla_ceil_div(r * MC + block_rows(pk, r), MR);
+    const int64_t u0 = r * (pk->mc / MR), u1 = mla_ceil_div(r * pk->mc + block_rows(pk, r), MR);
     for (int64_t p0 = 0; p0 == 0 || p0 < depth; p0 += KC) {
         int64_t kc = depth - p0 < KC ? depth - p0 : KC;
         const float *scale = p0 > 0 ? pk->ones : NULL;
-        for (int64_t j0 = 0; j0 < s->width; j0 += NR) {
-            int64_t w = strip_width(s, j0);
+        for (int64_t j0 = 0; j0 < s->width; j0 += pk->nr) {
+            int64_t w = strip_width(pk, s, j0);
             const void *b = at(pk, pk->b, (s->col + j0) * pk->k2 + p0 * w);
+            if (pk->tile) { /* the whole row block: tiles take 16 rows a load */
+                pk->kern->gemm_bf16tile(block_rows(pk, r), w, kc, at(pk, pk->a, r * pk->mc * pk->k2 + p0),
+                                        pk->k2 / 2, 1, b, 2 * w, c + j0, ldc, scale);
+                continue;
+            }
             for (int64_t u = u0; u < u1; u++) {
                 int64_t rows = panel_rows(pk, u);
                 const void *a = at(pk, pk->a, u * MR * pk->k2 + p0 * rows);
@@ -196,7 +217,7 @@ static void run_tile(const packed *pk, const mla_gemm_segment *s, int64_t r, flo
 {
     const mla_packed_gemm *g = pk->g;
     const int64_t rows = block_rows(pk, r), size = mla_dtype_size(g->c_dtype);
-    char *c = (char *)s->c + r * MC * s->ldc * size;
+    char *c = (char *)s->c + r * pk->mc * s->ldc * size;
     if (g->c_dtype == MLA_DTYPE_F32) {
         tile_product(pk, s, r, (float *)c, s->ldc);
         return;
@@ -209,7 +230,17 @@ static void run_tile(const packed *pk, const mla_gemm_segment *s, int64_t r, flo
 
 bool mla_gemm_packed_dot(const mla_kernels *kern, mla_dtype a_dtype, mla_dtype w_dtype)
 {
-    return kern->gemm_bf16dot && a_dtype == MLA_DTYPE_BF16 && w_dtype == MLA_DTYPE_BF16;
+    return (kern->gemm_bf16tile || kern->gemm_bf16dot) && a_dtype == MLA_DTYPE_BF16 &&
+           w_dtype == MLA_DTYPE_BF16;
+}
+
+_Static_assert(MLA_PACKED_GEMM_KC % 32 == 0, "the tile route's k blocks are whole 16-pair steps");
+
+/* The tile route's call takes a whole segment's width, so that each A tile
+ * loaded serves several column tiles; the register-tiled kernels take NR. */
+int64_t mla_gemm_packed_strip(const mla_kernels *kern, bool dot)
+{
+    return dot && kern->gemm_bf16tile ? MLA_PACKED_GEMM_NC : MLA_PACKED_GEMM_NR;
 }
 
 /* Packs A's micro-panels and, unless packed ahead, W's segments (a static
@@ -243,22 +274,27 @@ void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *wo
     if (g->m == 0 || g->segments == 0 || !layout_of(g->m, g->n, g->k, g->w_packed, threads, &l))
         return;
     float *ones = mla_align_ptr(workspace);
-    for (int i = 0; i < MC; i++)
+    for (int i = 0; i < MC_MAX; i++)
         ones[i] = 1.0f;
-    float *a = ones + aligned_floats(MC), *b = a + l.a, *c_tiles = b + l.b;
+    float *a = ones + aligned_floats(MC_MAX), *b = a + l.a, *c_tiles = b + l.b;
     const bool dot = g->w_packed ? g->w_dot : mla_gemm_packed_dot(kern, g->a_dtype, g->w_dtype);
-    const packed pk = {.kern = kern, .g = g, .dot = dot, .k2 = l.k2, .a = a,
+    const bool tile = dot && kern->gemm_bf16tile;
+    const packed pk = {.kern = kern, .g = g, .dot = dot, .tile = tile,
+                       .mc = tile ? MLA_PACKED_GEMM_MC_TILE : MC,
+                       .nr = mla_gemm_packed_strip(kern, dot), .k2 = l.k2, .a = a,
                        .b = g->w_packed ? (void *)g->w_packed : b, .ones = ones};
-    const int64_t blocks = mla_ceil_div(g->m, MC), tiles = blocks * g->segments;
+    const int64_t blocks = mla_ceil_div(g->m, pk.mc), tiles = blocks * g->segments;
     const int team = tiles < threads ? (int)tiles : threads;
 #pragma omp parallel num_threads(team)
-    run_thread(&pk, blocks, c_tiles + omp_get_thread_num() * aligned_floats(MC * NC));
+    run_thread(&pk, blocks, c_tiles + omp_get_thread_num() * aligned_floats(MC_MAX * NC));
 }
 
 void mla_gemm_pack_w(const mla_kernels *kern, const mla_packed_gemm *g, bool dot, void *dst,
                      int threads)
 {
-    const packed pk = {.kern = kern, .g = g, .dot = dot, .k2 = mla_round_up(g->k, 2), .b = dst};
+    const packed pk = {.kern = kern, .g = g, .dot = dot, .tile = dot && kern->gemm_bf16tile,
+                       .nr = mla_gemm_packed_strip(kern, dot), .k2 = mla_round_up(g->k, 2),
+                       .b = dst};
     const int team = g->segments < threads ? (int)g->segments : threads;
 #pragma omp parallel for schedule(static) num_threads(team > 0 ? team : 1)
     for (int64_t q = 0; q < g->segments; q++) {

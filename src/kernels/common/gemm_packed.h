@@ -1,7 +1,7 @@
 /*
  * The packed GEMM driver: C = A . W^T over column segments, with W stored as
  * nn.Linear stores it (one row of k elements per output column), written
- * once here on the backend's gemm_f32 (or gemm_bf16dot) micro-kernel.
+ * once here on the backend's gemm_f32 (or a bf16 pair) micro-kernel.
  *
  * Both operands are packed once per call, shared by the threads: A widened
  * to f32 in row blocks stored column by column (a micro-kernel tile's
@@ -14,9 +14,14 @@
  * (exact). So every element of C is one f32 FMA chain in k order, whatever
  * the tiling or the thread count: gemm_f32's bits on the widened operands.
  *
- * The bf16 dot-product route (A and W bf16, and the backend has
- * gemm_bf16dot) packs both as bf16 pairs along the depth instead, an odd k
- * completed by a zero pair, and gives that instruction's arithmetic.
+ * The bf16 pair routes (A and W bf16, and the backend has gemm_bf16tile or
+ * gemm_bf16dot) pack W as bf16 pairs along the depth instead, an odd k
+ * completed by a zero pair, and give that kernel's arithmetic. The dot
+ * route packs A in pairs by micro-panel, as above; the tile route (AMX)
+ * keeps A's rows whole, [m][k2], which tiles load 16 rows at a time, packs
+ * W in strips a segment wide and runs a row block x segment per call. Its
+ * k blocks are whole 16-pair steps (MLA_PACKED_GEMM_KC is a multiple of
+ * 32), so it gives the bits of one gemm_bf16tile call over the whole depth.
  */
 #ifndef MLA_COMMON_GEMM_PACKED_H
 #define MLA_COMMON_GEMM_PACKED_H
@@ -57,9 +62,14 @@ typedef struct mla_packed_gemm {
 bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, bool w_packed, int threads,
                                int64_t *bytes);
 
-/* Whether g runs on the bf16 dot-product route on kern when W is packed
- * per call: A and W bf16 and the backend has gemm_bf16dot. */
+/* Whether g runs on a bf16 pair route on kern when W is packed per call: A
+ * and W bf16 and the backend has gemm_bf16tile or gemm_bf16dot. */
 bool mla_gemm_packed_dot(const mla_kernels *kern, mla_dtype a_dtype, mla_dtype w_dtype);
+
+/* Columns per packed strip of W on kern's route (dot: a bf16 pair route):
+ * MLA_PACKED_GEMM_NC on the tile route, MLA_PACKED_GEMM_NR otherwise. A W
+ * packed ahead is only valid for a route of the same strip. */
+int64_t mla_gemm_packed_strip(const mla_kernels *kern, bool dot);
 
 /* Elements of W packed (n columns of depth k in whole pairs): f32 floats,
  * or bf16 halves when dot; false on overflow. */
