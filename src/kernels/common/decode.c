@@ -12,7 +12,8 @@
  * rows are used in place when the cache is f32. Otherwise the scores GEMM
  * widens them to f32 MLA_ATTN_WIDEN_ROWS rows at a time just before it uses
  * them, so they are still in L1 (one conversion per row, shared by every
- * query row), and P.V reads the tile's widened rows. (Reading a bf16 cache
+ * query row), and P.V reads the tile's widened rows. (Routes in bf16 read a
+ * bf16 cache in place and convert other rows to bf16 a run at a time.) (Reading a bf16 cache
  * in place with gemm_bf16, which widens in registers, costs P.V 10-30% on
  * Sapphire Rapids, whose shifts and shuffles share ports with the FMAs.)
  *
