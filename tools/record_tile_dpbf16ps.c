@@ -50,11 +50,15 @@ int main(void)
         tdp_case t = tdp_make(i);
         uint32_t c = t.c;
         configure(t.pairs);
+        /* the tile intrinsics' asm names no memory: order c, a and b's
+         * stores before the loads and c's read after the store */
+        __asm__ volatile("" : : "r"(&c), "r"(&t) : "memory");
         _tile_loadd(0, &c, 4);
         _tile_loadd(1, t.a, 4 * t.pairs);
         _tile_loadd(2, t.b, 4);
         _tile_dpbf16ps(0, 1, 2);
         _tile_stored(0, &c, 4);
+        __asm__ volatile("" : : "r"(&c) : "memory");
         printf("%s0x%08x,%s", i % 8 ? " " : "    ", c, i % 8 == 7 ? "\n" : "");
     }
     _tile_release();

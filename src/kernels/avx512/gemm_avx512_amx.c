@@ -35,6 +35,15 @@ enum {
     PANEL_PAIRS = 320,  /* pairs of A staged at once: decode's 576 in one  */
 };
 
+/* GCC's tile load and store intrinsics are asm statements that take the
+ * address only, with no memory operand or clobber, so stores to a staging
+ * buffer could sink below the tile load that reads it, or loads rise above
+ * the tile store that writes it: the "memory" barriers order them. */
+static ALWAYS_INLINE void memory_barrier(void)
+{
+    __asm__ volatile("" : : : "memory");
+}
+
 typedef struct tile_config {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -51,7 +60,7 @@ static void configure_tiles(void)
         cfg.rows[t] = ROWS;
     }
     /* GCC 12 takes ldtilecfg for a read of nothing and drops the stores
-     * above without this. */
+     * above without this (cfg's address must escape into it too). */
     __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
@@ -59,6 +68,7 @@ static void configure_tiles(void)
 /* Tile numbers must be immediates: these fold once inlined with constants. */
 static ALWAYS_INLINE void tile_load(int t, const void *p, int64_t stride)
 {
+    memory_barrier();
     switch (t) {
     case 0: _tile_loadd(0, p, stride); break;
     case 1: _tile_loadd(1, p, stride); break;
@@ -79,6 +89,7 @@ static ALWAYS_INLINE void tile_store(int t, void *p, int64_t stride)
     case 2: _tile_stored(2, p, stride); break;
     default: _tile_stored(3, p, stride); break;
     }
+    memory_barrier();
 }
 
 static ALWAYS_INLINE void tile_zero(int t)
