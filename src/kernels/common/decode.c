@@ -134,7 +134,8 @@ static void pack_queries(const decode_ctx *c, float *ws, int64_t b, int64_t r0, 
     const mla_decode_args *a = c->a;
     const decode_shape *s = &c->shape;
     float *qt = ws + c->x.qt;
-    memset(qt, 0, (size_t)(s->d * s->mb * c->route->q_elem));
+    if (nr < s->mb) /* pack_q writes every element of the real rows */
+        memset(qt, 0, (size_t)(s->d * s->mb * c->route->q_elem));
     for (int64_t r = 0; r < nr; r++) {
         int64_t i = (r0 + r) / a->num_heads, h = (r0 + r) % a->num_heads, t = b * a->s_q + i;
         c->route->pack_q(c->route, c->k, qt, s->mb, r, query_row(c, t, h, false), s->l,
