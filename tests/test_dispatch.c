@@ -161,16 +161,6 @@ static void expect_half_choice(mla_op op, const mla_config *cfg, const char *fal
     assert_string_equal(choice, fallback);
 }
 
-#if defined(__x86_64__)
-/* Convert's choice on a Sapphire Rapids: the AMX backend where this build
- * has one (the first in priority), else the vdpbf16ps one. */
-static const char *spr_convert_choice(void)
-{
-    const mla_backend_desc *first = mla_backend_at(0);
-    return first->required_caps & X86_AMX ? first->name : "avx512_bf16";
-}
-#endif
-
 static void test_selection_per_cpu(void **state)
 {
     (void)state;
@@ -181,7 +171,7 @@ static void test_selection_per_cpu(void **state)
     const mla_caps real = mla_cpu_caps_detected();
 #if defined(__x86_64__)
     support_use_cpu(&support_cpu_sapphire_rapids);
-    assert_string_equal(selected(MLA_OP_CONVERT, NULL), spr_convert_choice());
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx512_amx");
     assert_string_equal(selected(MLA_OP_DECODE, &f32q), "avx512");
     /* bf16 q with a bf16 cache takes a bf16-pair backend (AMX tiles,
      * vdpbf16ps) by decode's timing; prefill weighs the same routes by its
@@ -245,18 +235,6 @@ static void test_validate_reasons(void **state)
     assert_int_equal(mla_backend_validate("ref", MLA_OP_DECODE, &cfg, &why), MLA_ERR_INVALID_ARGUMENT);
 }
 
-/* The table's kernel in the named slot; NULL where it has none, or where
- * this build has no such slot. */
-static void *slot_kernel(const mla_backend_desc *b, const char *slot)
-{
-    int n;
-    const mla_kernel_slot *slots = mla_kernel_slots(&n);
-    for (int i = 0; i < n; i++)
-        if (strcmp(slots[i].name, slot) == 0)
-            return mla_kernel_get(&b->kernels, &slots[i]);
-    return NULL;
-}
-
 /* The route a backend's table gives a config: its bf16 tile GEMM, else its
  * bf16 dot-product GEMM, for bf16 q with a bf16 cache, its f16 GEMM for f16
  * with f16, else f32. */
@@ -273,7 +251,7 @@ static void test_backend_route(void **state)
     for (int i = 0; i < mla_backend_count(); i++) {
         const mla_backend_desc *b = mla_backend_at(i);
         assert_string_equal(mla_backend_route(b->name, &bf16),
-                            slot_kernel(b, "gemm_bf16tile") ? "amx-bf16"
+                            b->kernels.gemm_bf16tile ? "amx-bf16"
                             : b->kernels.gemm_bf16dot       ? "bf16-dot"
                                                             : "f32");
         assert_string_equal(mla_backend_route(b->name, &f16),
@@ -282,7 +260,7 @@ static void test_backend_route(void **state)
         assert_string_equal(mla_backend_route(b->name, &mixed), "f32");
         /* the opt-in takes the tile route (q rounded), nothing else */
         assert_string_equal(mla_backend_route(b->name, &opted),
-                            slot_kernel(b, "gemm_bf16tile") ? "amx-bf16" : "f32");
+                            b->kernels.gemm_bf16tile ? "amx-bf16" : "f32");
     }
 #if defined(__x86_64__)
     assert_string_equal(mla_backend_route("avx512_bf16", &bf16), "bf16-dot");
@@ -312,7 +290,7 @@ static void test_env_max_isa(void **state)
     assert_string_equal(why.text[0], "cpu lacks avx512f (masked by MLA_MAX_ISA=avx2)");
 
     support_setenv("MLA_MAX_ISA", "avx512");
-    assert_string_equal(selected(MLA_OP_CONVERT, NULL), spr_convert_choice());
+    assert_string_equal(selected(MLA_OP_CONVERT, NULL), "avx512_amx");
     /* masks only down: asking for avx512 on an AVX2 CPU adds nothing */
     support_use_cpu(&support_cpu_zen3);
     support_setenv("MLA_MAX_ISA", "avx512");

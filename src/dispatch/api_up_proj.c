@@ -121,11 +121,11 @@ mla_status mla_up_proj_check_packed(const char *fn, const mla_up_proj_args *a, m
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: kv_b_proj_packed holds bf16 pairs for a bf16 "
                         "pair route (dot product or AMX tiles), which backend %s has not (pack "
                         "it under the backend that runs the call)", fn, backend);
-    if (h.strip != mla_gemm_packed_strip(k, h.dot))
+    const int64_t strip = mla_gemm_packed_strip(k, h.dot);
+    if (h.strip != strip)
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: kv_b_proj_packed holds strips of %d columns; "
                         "backend %s's route takes %lld (pack it under the backend that runs "
-                        "the call)", fn, (int)h.strip, backend,
-                        (long long)mla_gemm_packed_strip(k, h.dot));
+                        "the call)", fn, (int)h.strip, backend, (long long)strip);
     int64_t bytes = 0;
     packed_bytes(a, h.dot, &bytes); /* fits: the header matches a checked shape */
     span->lo = (const char *)a->kv_b_proj_packed;

@@ -249,7 +249,7 @@ static mla_status check_config(const mla_config *cfg)
  * it counts as bf16. */
 static void kernel_dtypes(const mla_config *cfg, mla_dtype *q, mla_dtype *cache)
 {
-    const bool opted_in = cfg->bf16_compute && cfg->q_dtype == MLA_DTYPE_F32;
+    const bool opted_in = mla_attn_opted_in(cfg->q_dtype, cfg->bf16_compute);
     *q = opted_in ? MLA_DTYPE_BF16 : cfg->q_dtype;
     *cache = opted_in && !mla_dtype_is_fp8(cfg->cache_dtype) ? MLA_DTYPE_BF16 : cfg->cache_dtype;
 }

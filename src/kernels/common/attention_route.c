@@ -156,7 +156,8 @@ static void values_f16(const mla_kernels *k, const mla_attn_values *v)
 /* ---- the table ---------------------------------------------------------------- */
 
 static const mla_attn_route route_f32 = {
-    .name = "f32", .dtype = MLA_DTYPE_F32, .pair = 1, .q_elem = sizeof(float), .q_scaled = true,
+    .name = "f32", .dtype = MLA_DTYPE_F32, .convert_rows = MLA_ATTN_WIDEN_ROWS, .pair = 1,
+    .q_elem = sizeof(float), .q_scaled = true,
     .kernel = offsetof(mla_kernels, gemm_f32),
     .pack_q = pack_q_f32, .scores = scores_f32, .values = values_f32,
 };
@@ -192,7 +193,7 @@ const mla_attn_route *mla_attn_route_for(const mla_kernels *k, mla_dtype q_dtype
                                          mla_dtype key_dtype, int64_t width, int64_t stride,
                                          bool bf16_compute)
 {
-    const bool opted_in = bf16_compute && q_dtype == MLA_DTYPE_F32;
+    const bool opted_in = mla_attn_opted_in(q_dtype, bf16_compute);
     for (int i = 0; i < HALF_ROUTES; i++) {
         const mla_attn_route *r = &half_routes[i];
         bool query = q_dtype == r->dtype || (r->converts && opted_in);

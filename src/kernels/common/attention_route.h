@@ -52,6 +52,11 @@ typedef struct mla_attn_route {
      * dequantises them into rows both GEMMs read), f32 q and f32 or f16
      * keys when the caller opted into bf16 compute */
     bool converts;
+    /* key rows converted per scores call where the cache is not in `dtype`:
+     * a few for f32 (MLA_ATTN_WIDEN_ROWS), so the FMA kernel finds them in
+     * L1; 0 for a whole run, since tiles load 16 rows at a time and stream
+     * them from L2 well */
+    int64_t convert_rows;
     /* elements packed in pairs along the depth: widths and row strides must
      * be multiples of this */
     int64_t pair;
@@ -75,6 +80,12 @@ typedef struct mla_attn_route {
                    int64_t stride, const void *qt, float *s, const float *c_scale);
     void (*values)(const mla_kernels *k, const mla_attn_values *v);
 } mla_attn_route;
+
+/* Whether the caller's bf16_compute opt-in applies: it is for f32 q. */
+static inline bool mla_attn_opted_in(mla_dtype q_dtype, bool bf16_compute)
+{
+    return bf16_compute && q_dtype == MLA_DTYPE_F32;
+}
 
 /* Whether table k has the route's kernel. */
 bool mla_attn_route_available(const mla_kernels *k, const mla_attn_route *route);

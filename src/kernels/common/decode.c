@@ -12,10 +12,11 @@
  * rows are used in place when the cache is f32. Otherwise the scores GEMM
  * widens them to f32 MLA_ATTN_WIDEN_ROWS rows at a time just before it uses
  * them, so they are still in L1 (one conversion per row, shared by every
- * query row), and P.V reads the tile's widened rows. (Routes in bf16 read a
- * bf16 cache in place and convert other rows to bf16 a run at a time.) (Reading a bf16 cache
+ * query row), and P.V reads the tile's widened rows. (Reading a bf16 cache
  * in place with gemm_bf16, which widens in registers, costs P.V 10-30% on
  * Sapphire Rapids, whose shifts and shuffles share ports with the FMAs.)
+ * The bf16 routes read a bf16 cache in place and convert other rows to
+ * bf16 a run at a time (the route's convert_rows).
  *
  * Which kernels run the two GEMMs, and how q, P and V are laid out for
  * them, is the attention route (attention_route.h): f32 as above, or a
@@ -165,7 +166,7 @@ static int64_t split_tile(const decode_ctx *c, int64_t b, int64_t t, int64_t n, 
 /* Converts n rows (row stride `stride` elements) of the cache into dst
  * [n][d] in the route's dtype (f32, or bf16 from fp8 or, opted in, f32 and
  * f16). */
-static void widen_rows(const decode_ctx *c, void *dst, const char *src, int64_t n, int64_t stride)
+static void convert_rows(const decode_ctx *c, void *dst, const char *src, int64_t n, int64_t stride)
 {
     const mla_kv_cache *cache = c->cache;
     const int64_t d = c->shape.d;
@@ -229,16 +230,13 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
                              sc + run->first * s->mb, NULL);
             continue;
         }
-        /* f32 rows a few at a time, so the FMA kernel finds them in L1; bf16
-         * rows (fp8 dequantised) a run at a time, since tiles take 16 rows
-         * per load and stream them from L2 well */
-        const int64_t piece = c->route->dtype == MLA_DTYPE_F32 ? MLA_ATTN_WIDEN_ROWS : run->count;
+        const int64_t piece = c->route->convert_rows > 0 ? c->route->convert_rows : run->count;
         for (int64_t j = 0; j < run->count; j += piece) {
             int64_t n = run->count - j;
             n = n < piece ? n : piece;
             prefetch_rows(c, pf, n);
             char *rows = kf + (run->first + j) * row_bytes;
-            widen_rows(c, rows, (const char *)run->rows + j * stride * c->elem_cache, n, stride);
+            convert_rows(c, rows, (const char *)run->rows + j * stride * c->elem_cache, n, stride);
             c->route->scores(c->k, n, s->mb, s->d, rows, s->d, qt, sc + (run->first + j) * s->mb,
                              NULL);
         }
@@ -246,7 +244,7 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
 }
 
 /* O = alpha * O + P^T V over the tile's n rows: V is the first L values of
- * each cache row, read in place or from the rows tile_scores widened. */
+ * each cache row, read in place or from the rows tile_scores converted. */
 static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs, int64_t nruns,
                         int64_t n)
 {

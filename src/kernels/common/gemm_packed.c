@@ -29,8 +29,8 @@ static int64_t aligned_floats(int64_t floats)
 /* ---- the workspace ---------------------------------------------------------- */
 
 /* [ones: MC_MAX | A: m x k2 | B: n x k2 unless packed ahead | per thread: C
- * tile MC_MAX x NC], in floats, k2 the depth in whole pairs; the bf16 route's 16-bit
- * A and B fit the same regions. */
+ * tile MC_MAX x NC], in floats, k2 the depth in whole pairs; the bf16
+ * routes' 16-bit A and B fit the same regions. */
 typedef struct layout {
     int64_t k2, a, b, total;
 } layout;
@@ -124,6 +124,16 @@ typedef struct packed {
     const float *ones;
 } packed;
 
+/* How g runs on kern's route (dot: a bf16 pair route): the tiling of its
+ * kernel; the operands' places are the caller's to fill. */
+static packed route_of(const mla_kernels *kern, const mla_packed_gemm *g, bool dot)
+{
+    const bool tile = dot && kern->gemm_bf16tile;
+    return (packed){.kern = kern, .g = g, .dot = dot, .tile = tile,
+                    .mc = tile ? MLA_PACKED_GEMM_MC_TILE : MC,
+                    .nr = mla_gemm_packed_strip(kern, dot), .k2 = mla_round_up(g->k, 2)};
+}
+
 static void *at(const packed *pk, void *base, int64_t offset)
 {
     return pk->dot ? (void *)((uint16_t *)base + offset) : (void *)((float *)base + offset);
@@ -194,8 +204,9 @@ static void tile_product(const packed *pk, const mla_gemm_segment *s, int64_t r,
             int64_t w = strip_width(pk, s, j0);
             const void *b = at(pk, pk->b, (s->col + j0) * pk->k2 + p0 * w);
             if (pk->tile) { /* the whole row block: tiles take 16 rows a load */
-                pk->kern->gemm_bf16tile(block_rows(pk, r), w, kc, at(pk, pk->a, r * pk->mc * pk->k2 + p0),
-                                        pk->k2 / 2, 1, b, 2 * w, c + j0, ldc, scale);
+                const void *a = at(pk, pk->a, r * pk->mc * pk->k2 + p0);
+                pk->kern->gemm_bf16tile(block_rows(pk, r), w, kc, a, pk->k2 / 2, 1, b, 2 * w,
+                                        c + j0, ldc, scale);
                 continue;
             }
             for (int64_t u = u0; u < u1; u++) {
@@ -278,11 +289,10 @@ void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *wo
         ones[i] = 1.0f;
     float *a = ones + aligned_floats(MC_MAX), *b = a + l.a, *c_tiles = b + l.b;
     const bool dot = g->w_packed ? g->w_dot : mla_gemm_packed_dot(kern, g->a_dtype, g->w_dtype);
-    const bool tile = dot && kern->gemm_bf16tile;
-    const packed pk = {.kern = kern, .g = g, .dot = dot, .tile = tile,
-                       .mc = tile ? MLA_PACKED_GEMM_MC_TILE : MC,
-                       .nr = mla_gemm_packed_strip(kern, dot), .k2 = l.k2, .a = a,
-                       .b = g->w_packed ? (void *)g->w_packed : b, .ones = ones};
+    packed pk = route_of(kern, g, dot);
+    pk.a = a;
+    pk.b = g->w_packed ? (void *)g->w_packed : b;
+    pk.ones = ones;
     const int64_t blocks = mla_ceil_div(g->m, pk.mc), tiles = blocks * g->segments;
     const int team = tiles < threads ? (int)tiles : threads;
 #pragma omp parallel num_threads(team)
@@ -292,9 +302,8 @@ void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *wo
 void mla_gemm_pack_w(const mla_kernels *kern, const mla_packed_gemm *g, bool dot, void *dst,
                      int threads)
 {
-    const packed pk = {.kern = kern, .g = g, .dot = dot, .tile = dot && kern->gemm_bf16tile,
-                       .nr = mla_gemm_packed_strip(kern, dot), .k2 = mla_round_up(g->k, 2),
-                       .b = dst};
+    packed pk = route_of(kern, g, dot);
+    pk.b = dst;
     const int team = g->segments < threads ? (int)g->segments : threads;
 #pragma omp parallel for schedule(static) num_threads(team > 0 ? team : 1)
     for (int64_t q = 0; q < g->segments; q++) {
