@@ -20,8 +20,10 @@ extern "C" {
  * 1: kernel slots up to gemm_f16f16, descriptor with a size field.
  * 2: the scale_add_f32 slot (merge_attn_states and the decode combine).
  * 3: the gemm_bf16tile route slot (AMX-BF16 tiles) and the interleave_u16
- *    slot (pair packing for the bf16 GEMMs). */
-#define MLA_BACKEND_API_VERSION 3
+ *    slot (pair packing for the bf16 GEMMs).
+ * 4: the transpose_u32 slot (query rows packed as the scores GEMM's
+ *    columns). */
+#define MLA_BACKEND_API_VERSION 4
 
 /* ------------------------------------------------------------------------ */
 /* The CPU-reader seam                                                       */
@@ -141,6 +143,13 @@ typedef mla_gemm_bf16dot_fn mla_gemm_bf16tile_fn;
  * must not overlap even or odd. */
 typedef void mla_interleave_u16_fn(uint16_t *dst, const uint16_t *even, const uint16_t *odd,
                                    int64_t n);
+/* Rows to columns, 32 bits at a time: dst[p * ld + r] = word p of rows[r]
+ * for r < m, p < n, copied bit for bit (a word is an f32, or a pair of
+ * 16-bit values; rows need only 2-byte alignment). How every attention
+ * route packs its queries: query rows become the scores GEMM's columns.
+ * dst must not overlap the rows; nothing else of dst is written. */
+typedef void mla_transpose_u32_fn(uint32_t *dst, int64_t ld, const void *const *rows, int64_t m,
+                                  int64_t n);
 /* y[i] = y[i] + w * x[i] for i < n: the product rounded to f32, then the
  * sum rounded to f32 (two roundings, never a fused multiply-add), so every
  * ISA's kernel gives the scalar expression's bits (NaN payloads aside). The
@@ -178,7 +187,8 @@ typedef void mla_scale_add_f32_fn(float *y, const float *x, float w, int64_t n);
     ROUTE(gemm_f16f16, mla_gemm_f16f16_fn, arg)        \
     BASE(scale_add_f32, mla_scale_add_f32_fn, arg)     \
     ROUTE(gemm_bf16tile, mla_gemm_bf16tile_fn, arg)    \
-    BASE(interleave_u16, mla_interleave_u16_fn, arg)
+    BASE(interleave_u16, mla_interleave_u16_fn, arg)   \
+    BASE(transpose_u32, mla_transpose_u32_fn, arg)
 
 #define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
 

@@ -309,6 +309,31 @@ static void test_decode_rejects(void **state)
     bad_env_finish(&e);
 }
 
+/* A workspace sized for s_q fits every smaller s_q (prefill sizes its
+ * absorbed pieces once, for the longest): with 64 heads, 2 queries make one
+ * pass of 128 rows, 3 make two of 96, and the scratch must not shrink. */
+static void test_workspace_covers_shorter_s_q(void **state)
+{
+    (void)state;
+    bad_env e;
+    bad_env_init(&e);
+    mla_decode_args a = e.a;
+    a.num_reqs = 1;
+    a.num_heads = 64;
+    a.q_nope_token_stride = a.q_pe_token_stride = 64 * 10;
+    a.out_token_stride = 64 * 8;
+    int64_t shorter = 0;
+    for (a.s_q = 1; a.s_q <= e.lens[0]; a.s_q++) {
+        int64_t bytes;
+        assert_int_equal(mla_decode_workspace_size(&a, 1, &bytes), MLA_OK);
+        if (bytes < shorter)
+            fail_msg("s_q %lld needs %lld bytes, fewer than s_q %lld's %lld", (long long)a.s_q,
+                     (long long)bytes, (long long)a.s_q - 1, (long long)shorter);
+        shorter = bytes;
+    }
+    bad_env_finish(&e);
+}
+
 static void test_forward_rejects(void **state)
 {
     (void)state;

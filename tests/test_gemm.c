@@ -344,6 +344,55 @@ static void test_hot_shapes(void **state)
         check_case(&hot[i], i % 3 == 0);
 }
 
+/* ---- the query packing (transpose_u32) ----------------------------------------- */
+
+/* m rows of n words at 2-byte offsets from alignment into columns of dst
+ * (ld = m + pad): shapes straddle every block (4, 8, 16) on both sides,
+ * and dst's padding lanes and the guards around it must stay. */
+static void transpose_on(const mla_backend_desc *b, void *ctx)
+{
+    (void)ctx;
+    enum { M = 37, N = 300, PAD = 3, GUARD = 0x5eadbeef };
+    static const int64_t ms[] = {0, 1, 3, 4, 7, 8, 15, 16, 17, 33, M};
+    static const int64_t ns[] = {0, 1, 5, 8, 13, 16, 31, 64, 288, N};
+    uint16_t *src = malloc((size_t)(M * (2 * N + 3)) * sizeof *src);
+    uint32_t *dst = malloc((size_t)((N + 2) * (M + PAD)) * sizeof *dst);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (int64_t i = 0; i < M * (2 * N + 3); i++)
+        src[i] = (uint16_t)support_random();
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t m = ms[mi], n = ns[ni], ld = m + PAD, len = (n + 2) * ld;
+            const void *rows[M];
+            for (int64_t r = 0; r < m; r++) /* odd 16-bit offsets: rows 2- not 4-byte aligned */
+                rows[r] = src + 1 + r * (2 * n + 3);
+            for (int64_t i = 0; i < len; i++)
+                dst[i] = GUARD;
+            b->kernels.transpose_u32(dst + ld, ld, rows, m, n);
+            for (int64_t i = 0; i < len; i++) {
+                int64_t p = i / ld - 1, r = i % ld;
+                uint32_t want = GUARD;
+                if (p >= 0 && p < n && r < m)
+                    memcpy(&want, (const uint16_t *)rows[r] + 2 * p, sizeof want);
+                if (dst[i] != want)
+                    fail_msg("%s transpose_u32 m=%lld n=%lld: word %lld of row %lld = 0x%08x, want 0x%08x",
+                             b->name, (long long)m, (long long)n, (long long)r, (long long)p, dst[i],
+                             want);
+            }
+        }
+    }
+    free(src);
+    free(dst);
+}
+
+static void test_transpose(void **state)
+{
+    (void)state;
+    support_use_cpu(NULL);
+    assert_true(support_each_backend(MLA_OP_CONVERT, NULL, transpose_on, NULL) >= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_all_small_shapes),
         cmocka_unit_test(test_long_k),
         cmocka_unit_test(test_hot_shapes),
+        cmocka_unit_test(test_transpose),
     };
     return cmocka_run_group_tests_name("gemm", tests, NULL, NULL);
 }

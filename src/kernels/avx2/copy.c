@@ -39,3 +39,51 @@ void mla_interleave_u16__avx2(uint16_t *dst, const uint16_t *even, const uint16_
     }
     mla_interleave_u16__ref(dst + 2 * e, even + e, odd ? odd + e : NULL, n - e);
 }
+
+/* Lane i of a vector mask: all ones for i < count. */
+static __m256i first_lanes(int64_t count)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* x[i] word j -> x[j] word i: pairs of rows (unpack 32), groups of four
+ * (unpack 64), then the two 128-bit halves. */
+static void transpose_8x8(__m256i x[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    /* u[4g + c], half H: rows 4g .. 4g + 3 of word 4H + c */
+    for (int g = 0; g < 8; g += 4) {
+        u[g] = _mm256_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm256_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm256_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm256_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        x[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+        x[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+    }
+}
+
+/* 8 x 8 blocks through registers, edges through masked loads and stores. */
+void mla_transpose_u32__avx2(uint32_t *dst, int64_t ld, const void *const *rows, int64_t m,
+                             int64_t n)
+{
+    for (int64_t r0 = 0; r0 < m; r0 += 8) {
+        const __m256i lanes = first_lanes(m - r0);
+        for (int64_t p0 = 0; p0 < n; p0 += 8) {
+            const int64_t words = n - p0 < 8 ? n - p0 : 8;
+            const __m256i present = first_lanes(words);
+            __m256i x[8];
+            for (int i = 0; i < 8; i++)
+                x[i] = r0 + i < m ? _mm256_maskload_epi32((const int *)((const char *)rows[r0 + i] + 4 * p0), present)
+                                  : _mm256_setzero_si256();
+            transpose_8x8(x);
+            for (int64_t j = 0; j < words; j++)
+                _mm256_maskstore_epi32((int *)(dst + (p0 + j) * ld + r0), lanes, x[j]);
+        }
+    }
+}

@@ -36,3 +36,60 @@ void mla_interleave_u16__avx512(uint16_t *dst, const uint16_t *even, const uint1
         _mm512_mask_storeu_epi16(dst + 2 * e + 32, out_hi, _mm512_permutex2var_epi16(x, second, y));
     }
 }
+
+/* 16 x 16 words of registers: rows r0 .. r0 + 15 (absent ones zero),
+ * words p0 .. p0 + 15 (masked to the n - p0 that exist). */
+static void load_block(__m512i x[16], const void *const *rows, int64_t r0, int64_t m, int64_t p0,
+                       __mmask16 words)
+{
+    for (int i = 0; i < 16; i++)
+        x[i] = r0 + i < m ? _mm512_maskz_loadu_epi32(words, (const char *)rows[r0 + i] + 4 * p0)
+                          : _mm512_setzero_si512();
+}
+
+/* x[i] word j -> x[j] word i: pairs of rows within 128-bit lanes
+ * (unpack 32), then groups of four (unpack 64), then the lanes of four
+ * groups (two rounds of shuffle_i32x4). */
+static void transpose_16x16(__m512i x[16])
+{
+    __m512i a[16], b[16];
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+        a[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    /* b[4g + c], lane L: rows 4g .. 4g + 3 of word 4L + c */
+    for (int g = 0; g < 16; g += 4) {
+        b[g] = _mm512_unpacklo_epi64(a[g], a[g + 2]);
+        b[g + 1] = _mm512_unpackhi_epi64(a[g], a[g + 2]);
+        b[g + 2] = _mm512_unpacklo_epi64(a[g + 1], a[g + 3]);
+        b[g + 3] = _mm512_unpackhi_epi64(a[g + 1], a[g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i even01 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x88);  /* lanes 0, 2 of groups 0, 1 */
+        __m512i odd01 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xdd);   /* lanes 1, 3 */
+        __m512i even23 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x88);
+        __m512i odd23 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xdd);
+        x[c] = _mm512_shuffle_i32x4(even01, even23, 0x88);      /* word c      */
+        x[4 + c] = _mm512_shuffle_i32x4(odd01, odd23, 0x88);    /* word 4 + c  */
+        x[8 + c] = _mm512_shuffle_i32x4(even01, even23, 0xdd);  /* word 8 + c  */
+        x[12 + c] = _mm512_shuffle_i32x4(odd01, odd23, 0xdd);   /* word 12 + c */
+    }
+}
+
+/* 16 x 16 blocks through registers; each output row of a block is one
+ * store masked to the block's rows. */
+void mla_transpose_u32__avx512(uint32_t *dst, int64_t ld, const void *const *rows, int64_t m,
+                               int64_t n)
+{
+    for (int64_t r0 = 0; r0 < m; r0 += 16) {
+        const __mmask16 lanes = m - r0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (m - r0)) - 1);
+        for (int64_t p0 = 0; p0 < n; p0 += 16) {
+            const int64_t words = n - p0 < 16 ? n - p0 : 16;
+            __m512i x[16];
+            load_block(x, rows, r0, m, p0, (__mmask16)((1u << words) - 1));
+            transpose_16x16(x);
+            for (int64_t j = 0; j < words; j++)
+                _mm512_mask_storeu_epi32(dst + (p0 + j) * ld + r0, lanes, x[j]);
+        }
+    }
+}

@@ -59,7 +59,7 @@ int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr);
  * it. */
 bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n);
 
-/* Finishes one row: o = o / l and returns the LSE m + ln l; a row that saw
+/* Finishes one row: o = o * (1 / l) and returns the LSE m + ln l; a row that saw
  * no key (l == 0) becomes 0 with LSE -inf. */
 float mla_attn_finish_row(float *o, int64_t width, float m, float l);
 

@@ -12,18 +12,24 @@
 
 /* ---- f32 ------------------------------------------------------------------ */
 
-/* Qt[d][r] = scale * q[d] in f32. */
+/* Qt[d][r] = scale * q[r][d] in f32: the rows widened and scaled in stage,
+ * then transposed into Qt's columns. */
 static void pack_q_f32(const mla_attn_route *route, const mla_kernels *k, void *qt, int64_t ld,
-                       int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
-                       mla_dtype q_dtype, float scale, float *row)
+                       const mla_attn_qblock *q, float scale, float *stage)
 {
     (void)route;
-    float *q = qt;
-    mla_convert_run(k, row, MLA_DTYPE_F32, nope, q_dtype, l, 1.0f);
-    if (rope > 0)
-        mla_convert_run(k, row + l, MLA_DTYPE_F32, pe, q_dtype, rope, 1.0f);
-    for (int64_t d = 0; d < l + rope; d++)
-        q[d * ld + r] = scale * row[d];
+    const int64_t d = q->l + q->rope;
+    const void *rows[MLA_ATTN_PACK_ROWS];
+    for (int64_t r = 0; r < q->nr; r++) {
+        float *row = stage + r * d;
+        mla_convert_run(k, row, MLA_DTYPE_F32, q->nope[r], q->dtype, q->l, 1.0f);
+        if (q->rope > 0)
+            mla_convert_run(k, row + q->l, MLA_DTYPE_F32, q->pe[r], q->dtype, q->rope, 1.0f);
+        for (int64_t e = 0; e < d; e++)
+            row[e] *= scale;
+        rows[r] = row;
+    }
+    k->transpose_u32((uint32_t *)qt + q->r0, ld, rows, q->nr, d);
 }
 
 static void scores_f32(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
@@ -41,36 +47,42 @@ static void values_f32(const mla_kernels *k, const mla_attn_values *v)
 
 /* ---- half precision: q packed raw ------------------------------------------ */
 
-/* Query row r as raw 16-bit values, the route's `pair` consecutive d per
- * row of Qt: element d at qt[(d / pair) * pair * ld + pair * r + d % pair]
- * (f16, pair 1: Qt[d][r]; bf16-dot, pair 2: bf16 pairs along d); f32 q on
- * a converting route is rounded first, in `row`. The scale is applied to
- * the scores instead. */
+/* Query rows as raw 16-bit values, the route's `pair` consecutive d per
+ * row of Qt: element d of row r at qt[(d / pair) * pair * ld + pair * r +
+ * d % pair] (f16, pair 1: Qt[d][r]; the bf16 routes, pair 2: bf16 pairs
+ * along d, the transposition of the rows' 32-bit words); f32 q on a
+ * converting route is rounded first, in stage. The scale is applied to the
+ * scores instead. */
 static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *qt, int64_t ld,
-                       int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
-                       mla_dtype q_dtype, float scale, float *row)
+                       const mla_attn_qblock *q, float scale, float *stage)
 {
     (void)scale;
-    const int64_t pair = route->pair;
-    const uint16_t *q_nope = nope, *q_pe = pe;
-    uint16_t *q = qt;
-    if (q_dtype != route->dtype) { /* f32 q on a converting route: rounded */
-        uint16_t *half = (uint16_t *)row;
-        mla_convert_run(k, half, route->dtype, nope, q_dtype, l, 1.0f);
-        if (rope > 0)
-            mla_convert_run(k, half + l, route->dtype, pe, q_dtype, rope, 1.0f);
-        q_nope = half;
-        q_pe = half + l;
+    const int64_t pair = route->pair, l = q->l, rope = q->rope, d = l + rope;
+    mla_attn_qblock rounded;
+    if (q->dtype != route->dtype) { /* f32 q on a converting route: rounded */
+        uint16_t *half = (uint16_t *)stage;
+        rounded = (mla_attn_qblock){.r0 = q->r0, .nr = q->nr, .l = l, .rope = rope, .dtype = route->dtype};
+        for (int64_t r = 0; r < q->nr; r++) {
+            mla_convert_run(k, half + r * d, route->dtype, q->nope[r], q->dtype, l, 1.0f);
+            if (rope > 0)
+                mla_convert_run(k, half + r * d + l, route->dtype, q->pe[r], q->dtype, rope, 1.0f);
+            rounded.nope[r] = half + r * d;
+            rounded.pe[r] = half + r * d + l;
+        }
+        q = &rounded;
     }
-    if (l % pair == 0) { /* each group of `pair` lies in one array: copy whole groups */
-        for (int64_t d = 0; d < l; d += pair)
-            memcpy(q + d * ld + pair * r, q_nope + d, (size_t)pair * sizeof *q);
-        for (int64_t d = 0; d < rope; d += pair)
-            memcpy(q + (l + d) * ld + pair * r, q_pe + d, (size_t)pair * sizeof *q);
+    if (pair == 2 && l % 2 == 0) { /* each pair lies in one array: whole words */
+        k->transpose_u32((uint32_t *)qt + q->r0, ld, q->nope, q->nr, l / 2);
+        if (rope > 0)
+            k->transpose_u32((uint32_t *)qt + l / 2 * ld + q->r0, ld, q->pe, q->nr, rope / 2);
         return;
     }
-    for (int64_t d = 0; d < l + rope; d++)
-        q[(d / pair) * pair * ld + pair * r + d % pair] = d < l ? q_nope[d] : q_pe[d - l];
+    uint16_t *out = qt;
+    for (int64_t r = 0; r < q->nr; r++) {
+        const uint16_t *nope = q->nope[r], *pe = q->pe[r];
+        for (int64_t e = 0; e < d; e++)
+            out[(e / pair) * pair * ld + pair * (q->r0 + r) + e % pair] = e < l ? nope[e] : pe[e - l];
+    }
 }
 
 /* ---- bf16 pairs: vdpbf16ps / BFDOT, and AMX tiles -------------------------------- */

@@ -44,6 +44,19 @@ typedef struct mla_attn_values {
     float *scratch; /* mla_attn_route_scratch_floats floats */
 } mla_attn_values;
 
+/* Query rows one pack_q call packs: a block the transposition keeps in
+ * registers (MLA_ATTN_PACK_ROWS x 16 words on AVX-512). */
+#define MLA_ATTN_PACK_ROWS 16
+
+/* A block of query rows for pack_q: rows r0 .. r0 + nr - 1 of the packed
+ * queries (nr at most MLA_ATTN_PACK_ROWS); row i is `l` values at nope[i]
+ * then `rope` at pe[i] (pe unread when rope is 0), in `dtype`. */
+typedef struct mla_attn_qblock {
+    const void *nope[MLA_ATTN_PACK_ROWS], *pe[MLA_ATTN_PACK_ROWS];
+    int64_t r0, nr, l, rope;
+    mla_dtype dtype;
+} mla_attn_qblock;
+
 typedef struct mla_attn_route {
     const char *name;
     /* the dtype q and the keys must have; MLA_DTYPE_F32 takes any (widened) */
@@ -67,11 +80,11 @@ typedef struct mla_attn_route {
     bool q_scaled;
     /* offset in mla_kernels of the route's GEMM slot (its NULL: no route) */
     size_t kernel;
-    /* Puts query row r (d = l + rope values: `nope` then `pe`, q_dtype)
-     * into the packed queries qt (ld rows). row is d floats of scratch. */
+    /* Puts the block's query rows into the packed queries qt (ld rows),
+     * with the softmax scale where q_scaled. stage is
+     * MLA_ATTN_PACK_ROWS * (l + rope) floats of scratch. */
     void (*pack_q)(const struct mla_attn_route *route, const mla_kernels *k, void *qt, int64_t ld,
-                   int64_t r, const void *nope, int64_t l, const void *pe, int64_t rope,
-                   mla_dtype q_dtype, float scale, float *row);
+                   const mla_attn_qblock *q, float scale, float *stage);
     /* S[j][r] for n key rows (stride elements apart, d wide) in place:
      * s + j * ld. c_scale NULL starts S from 0; an all-ones c_scale adds to
      * S, continuing each element's chain (keys split over two arrays, as

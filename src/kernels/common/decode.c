@@ -77,7 +77,7 @@ static scratch_layout scratch_of(const decode_shape *s)
     PLACE(s, MLA_ATTN_TILE * s->mb);
     PLACE(o, s->mb * s->l);
     PLACE(kf, MLA_ATTN_TILE * s->d);
-    PLACE(qrow, s->d);
+    PLACE(qrow, MLA_ATTN_PACK_ROWS * s->d);
     PLACE(m, s->mb);
     PLACE(l, s->mb);
     PLACE(alpha, s->mb);
@@ -91,7 +91,14 @@ static scratch_layout scratch_of(const decode_shape *s)
 bool mla_decode_workspace(const mla_decode_args *a, int64_t slots, int threads, int64_t *bytes)
 {
     decode_shape s = shape_of(a);
-    scratch_layout x = scratch_of(&s);
+    /* Scratch for the widest pass of any s_q up to this one: a pass's rows
+     * are not monotone in s_q * H (128 rows make one pass of 128, 129 two
+     * of 65), and a caller sizes once for its largest s_q (prefill's
+     * pieces). */
+    decode_shape widest = s;
+    widest.mb = mla_round_up(s.rows < MLA_ATTN_MAX_ROWS ? s.rows : MLA_ATTN_MAX_ROWS,
+                             MLA_ATTN_ROW_MULTIPLE);
+    scratch_layout x = scratch_of(&widest);
     int64_t partial, lse, scratch, total;
     if (__builtin_mul_overflow(slots, s.rows * s.l, &partial) ||
         __builtin_mul_overflow(slots, s.rows, &lse) ||
@@ -128,8 +135,8 @@ static const void *query_row(const decode_ctx *c, int64_t t, int64_t h, bool rop
                 : (const char *)a->q_nope + (t * a->q_nope_token_stride + h * a->q_nope_head_stride) * c->elem_q;
 }
 
-/* The pass's query rows, packed for the route's scores GEMM (its Qt);
- * padding rows are 0. */
+/* The pass's query rows, packed for the route's scores GEMM (its Qt) a
+ * block at a time; padding rows are 0. */
 static void pack_queries(const decode_ctx *c, float *ws, int64_t b, int64_t r0, int64_t nr)
 {
     const mla_decode_args *a = c->a;
@@ -137,11 +144,15 @@ static void pack_queries(const decode_ctx *c, float *ws, int64_t b, int64_t r0, 
     float *qt = ws + c->x.qt;
     if (nr < s->mb) /* pack_q writes every element of the real rows */
         memset(qt, 0, (size_t)(s->d * s->mb * c->route->q_elem));
-    for (int64_t r = 0; r < nr; r++) {
-        int64_t i = (r0 + r) / a->num_heads, h = (r0 + r) % a->num_heads, t = b * a->s_q + i;
-        c->route->pack_q(c->route, c->k, qt, s->mb, r, query_row(c, t, h, false), s->l,
-                         a->rope_dim > 0 ? query_row(c, t, h, true) : NULL, a->rope_dim,
-                         a->q_dtype, a->scale, ws + c->x.qrow);
+    for (int64_t r = 0; r < nr; r += MLA_ATTN_PACK_ROWS) {
+        mla_attn_qblock q = {.r0 = r, .nr = nr - r < MLA_ATTN_PACK_ROWS ? nr - r : MLA_ATTN_PACK_ROWS,
+                             .l = s->l, .rope = a->rope_dim, .dtype = a->q_dtype};
+        for (int64_t i = 0; i < q.nr; i++) {
+            int64_t row = r0 + r + i, t = b * a->s_q + row / a->num_heads, h = row % a->num_heads;
+            q.nope[i] = query_row(c, t, h, false);
+            q.pe[i] = a->rope_dim > 0 ? query_row(c, t, h, true) : NULL;
+        }
+        c->route->pack_q(c->route, c->k, qt, s->mb, &q, a->scale, ws + c->x.qrow);
     }
 }
 

@@ -72,7 +72,7 @@ static fa_scratch scratch_of(const mla_flash_attn_args *a)
     PLACE(alpha, GROUP * x.rows_n);
     PLACE(kf, MLA_ATTN_TILE * a->qk_dim);
     PLACE(vf, MLA_ATTN_TILE * a->v_dim);
-    PLACE(qrow, a->qk_dim);
+    PLACE(qrow, MLA_ATTN_PACK_ROWS * a->qk_dim);
     PLACE(ones, ONES);
     PLACE(route, mla_attn_route_scratch_floats(LD_MAX, a->v_dim));
 #undef PLACE
@@ -150,10 +150,13 @@ static fa_block start_block(const fa_ctx *c, float *ws, const fa_unit *u, int64_
     blk.st = (mla_attn_rows){.nr = blk.rows, .ld = blk.ld, .m = ws + x->m + g * x->rows_n,
                              .l = ws + x->l + g * x->rows_n, .alpha = ws + x->alpha + g * x->rows_n};
     memset(blk.qt, 0, (size_t)(a->qk_dim * blk.ld * c->route->q_elem));
-    for (int64_t r = 0; r < blk.rows; r++)
-        c->route->pack_q(c->route, c->k, blk.qt, blk.ld, r,
-                         row_of(c, a->q, blk.t0 + r, a->q_token_stride, h, a->q_head_stride),
-                         a->qk_dim, NULL, 0, a->dtype, a->scale, ws + x->qrow);
+    for (int64_t r = 0; r < blk.rows; r += MLA_ATTN_PACK_ROWS) {
+        mla_attn_qblock q = {.r0 = r, .nr = blk.rows - r < MLA_ATTN_PACK_ROWS ? blk.rows - r : MLA_ATTN_PACK_ROWS,
+                             .l = a->qk_dim, .dtype = a->dtype};
+        for (int64_t i = 0; i < q.nr; i++)
+            q.nope[i] = row_of(c, a->q, blk.t0 + r + i, a->q_token_stride, h, a->q_head_stride);
+        c->route->pack_q(c->route, c->k, blk.qt, blk.ld, &q, a->scale, ws + x->qrow);
+    }
     mla_attn_rows_start(&blk.st, blk.o, a->v_dim);
     return blk;
 }

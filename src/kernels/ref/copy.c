@@ -19,3 +19,11 @@ void mla_interleave_u16__ref(uint16_t *dst, const uint16_t *even, const uint16_t
         dst[2 * e + 1] = odd ? odd[e] : 0;
     }
 }
+
+/* Column by column: dst is written in order, the m rows read a word each. */
+void mla_transpose_u32__ref(uint32_t *dst, int64_t ld, const void *const *rows, int64_t m, int64_t n)
+{
+    for (int64_t p = 0; p < n; p++)
+        for (int64_t r = 0; r < m; r++)
+            memcpy(&dst[p * ld + r], (const char *)rows[r] + 4 * p, sizeof *dst);
+}
