@@ -404,6 +404,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         CASE_TEST(test_prepare_weights_rejects),
         CASE_TEST(test_decode_rejects),
+        CASE_TEST(test_workspace_covers_shorter_s_q),
         CASE_TEST(test_forward_rejects),
     };
     case_apply_filter();
