@@ -22,7 +22,7 @@ extern "C" {
  * 3: the gemm_bf16tile route slot (AMX-BF16 tiles) and the interleave_u16
  *    slot (pair packing for the bf16 GEMMs).
  * 4: the transpose_u32 slot (query rows packed as the scores GEMM's
- *    columns). */
+ *    columns) and the softmax_tile slot (the online softmax of a tile). */
 #define MLA_BACKEND_API_VERSION 4
 
 /* ------------------------------------------------------------------------ */
@@ -150,6 +150,22 @@ typedef void mla_interleave_u16_fn(uint16_t *dst, const uint16_t *even, const ui
  * dst must not overlap the rows; nothing else of dst is written. */
 typedef void mla_transpose_u32_fn(uint32_t *dst, int64_t ld, const void *const *rows, int64_t m,
                                   int64_t n);
+/* The online softmax of one attention tile, the step decode and prefill
+ * share. S is [n][ld] scores (key row j at s + j * ld; query rows along it,
+ * rows r < nr real, ld a multiple of 16 and at most MLA_SOFTMAX_MAX_ROWS);
+ * m, l and alpha hold ld running maxima, sums and rescale factors. Scores
+ * are multiplied by score_scale (skipped when 1), then the first hidden[j]
+ * rows of key row j become -inf (the causal mask; hidden NULL: none), so a
+ * scale of 0 or below never turns a masked -inf into +inf or NaN. Per row,
+ * with mx the larger of m and the tile's scores and u = mx (0 where mx is
+ * -inf, so nothing becomes NaN): alpha = e^(m - u), m = mx, S = e^(S - u)
+ * (exp by the table's exp_f32, over whole padded rows), and for r < nr
+ * l = l * alpha + the sum of the row's S in key order. Each value's
+ * operations are fixed, so two tables with the same exp_f32 give the same
+ * bits. */
+#define MLA_SOFTMAX_MAX_ROWS 128
+typedef void mla_softmax_tile_fn(float *s, int64_t n, int64_t ld, int64_t nr, float score_scale,
+                                 const int64_t *hidden, float *m, float *l, float *alpha);
 /* y[i] = y[i] + w * x[i] for i < n: the product rounded to f32, then the
  * sum rounded to f32 (two roundings, never a fused multiply-add), so every
  * ISA's kernel gives the scalar expression's bits (NaN payloads aside). The
@@ -188,7 +204,8 @@ typedef void mla_scale_add_f32_fn(float *y, const float *x, float w, int64_t n);
     BASE(scale_add_f32, mla_scale_add_f32_fn, arg)     \
     ROUTE(gemm_bf16tile, mla_gemm_bf16tile_fn, arg)    \
     BASE(interleave_u16, mla_interleave_u16_fn, arg)   \
-    BASE(transpose_u32, mla_transpose_u32_fn, arg)
+    BASE(transpose_u32, mla_transpose_u32_fn, arg)     \
+    BASE(softmax_tile, mla_softmax_tile_fn, arg)
 
 #define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
 

@@ -96,6 +96,105 @@ static void test_scale_add_bit_exact(void **state)
     assert_true(support_each_backend(MLA_OP_PREFILL, NULL, scale_add_on, NULL) >= 1);
 }
 
+/* ---- the softmax_tile slot --------------------------------------------------- */
+
+/* The slot's contract restated value by value, with the backend's own exp
+ * (one value per call), into the expected S, m, l and alpha. */
+static void softmax_tile_expected(const mla_backend_desc *b, float *s, int64_t n, int64_t ld,
+                                  int64_t nr, float scale, const int64_t *hidden, float *m,
+                                  float *l, float *alpha)
+{
+    for (int64_t r = 0; r < ld; r++) {
+        float mx = m[r], sum = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            float *v = &s[j * ld + r];
+            if (scale != 1.0f && r < nr)
+                *v *= scale;
+            if (hidden && r < hidden[j])
+                *v = -INFINITY;
+            if (r < nr)
+                mx = *v > mx ? *v : mx;
+        }
+        float use = mx == -INFINITY ? 0.0f : mx, a = m[r] - use;
+        b->kernels.exp_f32(&a, &a, 1);
+        for (int64_t j = 0; j < n; j++) {
+            float *v = &s[j * ld + r];
+            *v -= use;
+            b->kernels.exp_f32(v, v, 1);
+            sum += *v;
+        }
+        alpha[r] = a;
+        m[r] = mx;
+        if (r < nr)
+            l[r] = l[r] * a + sum;
+    }
+}
+
+/* Tiles of 1 to 256 keys over 16 to 128 rows (some padding), scales 1,
+ * positive, 0 and negative, with and without a causal mask, rows whose max
+ * is still -inf, and special scores: every value bit for bit (NaN as NaN). */
+static void softmax_tile_on(const mla_backend_desc *b, void *ctx)
+{
+    (void)ctx;
+    enum { N = 256, LD = 128 };
+    static const int64_t ns[] = {1, 2, 15, 64, 129, 256};
+    static const int64_t lds[] = {16, 48, 128};
+    static const float scales[] = {1.0f, 0.1352f, 0.0f, -0.5f};
+    float *s = malloc(N * LD * sizeof(float)), *want = malloc(N * LD * sizeof(float));
+    float st[3][LD], want_st[3][LD]; /* m, l, alpha */
+    int64_t hidden[N];
+    assert_non_null(s);
+    assert_non_null(want);
+    for (int ni = 0; ni < COUNT(ns); ni++)
+        for (int li = 0; li < COUNT(lds); li++)
+            for (int si = 0; si < COUNT(scales); si++)
+                for (int masked = 0; masked < 2; masked++) {
+                    const int64_t n = ns[ni], ld = lds[li], nr = ld - (ni + si) % 7;
+                    for (int64_t i = 0; i < n * ld; i++) {
+                        uint64_t r = support_random();
+                        s[i] = r % 61 == 0 ? slot_value(r) : (float)((int64_t)(r >> 11) % 2001 - 1000) / 97.0f;
+                        want[i] = s[i];
+                    }
+                    for (int64_t r = 0; r < ld; r++) {
+                        uint64_t x = support_random();
+                        st[0][r] = x % 4 == 0 ? -INFINITY : (float)(x >> 40 & 0xff) / 17.0f;
+                        st[1][r] = st[0][r] == -INFINITY ? 0.0f : (float)(x >> 20 & 0xfff) / 64.0f;
+                        st[2][r] = 0.0f;
+                        for (int q = 0; q < 3; q++)
+                            want_st[q][r] = st[q][r];
+                    }
+                    for (int64_t j = 0; j < n; j++) /* the diagonal's shape: later keys hide more */
+                        hidden[j] = j * nr / n;
+                    const int64_t *h = masked ? hidden : NULL;
+                    b->kernels.softmax_tile(s, n, ld, nr, scales[si], h, st[0], st[1], st[2]);
+                    softmax_tile_expected(b, want, n, ld, nr, scales[si], h, want_st[0],
+                                          want_st[1], want_st[2]);
+                    for (int64_t i = 0; i < n * ld; i++)
+                        if (!same_f32(want[i], s[i]))
+                            fail_msg("%s softmax_tile n=%lld ld=%lld scale=%g%s: S[%lld][%lld] = %a, "
+                                     "want %a", b->name, (long long)n, (long long)ld,
+                                     (double)scales[si], masked ? " masked" : "",
+                                     (long long)(i / ld), (long long)(i % ld), (double)s[i],
+                                     (double)want[i]);
+                    for (int q = 0; q < 3; q++)
+                        for (int64_t r = 0; r < (q == 1 ? nr : ld); r++)
+                            if (!same_f32(want_st[q][r], st[q][r]))
+                                fail_msg("%s softmax_tile n=%lld ld=%lld scale=%g%s: %s[%lld] = %a, "
+                                         "want %a", b->name, (long long)n, (long long)ld,
+                                         (double)scales[si], masked ? " masked" : "",
+                                         q == 0 ? "m" : q == 1 ? "l" : "alpha", (long long)r,
+                                         (double)st[q][r], (double)want_st[q][r]);
+                }
+    free(s);
+    free(want);
+}
+
+static void test_softmax_tile(void **state)
+{
+    (void)state;
+    assert_true(support_each_backend(MLA_OP_PREFILL, NULL, softmax_tile_on, NULL) >= 1);
+}
+
 /* ---- merge cases ------------------------------------------------------------ */
 
 /* LSE pairs of the edge cases; `exact`: the spec's formula in double,
@@ -606,6 +705,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scale_add_bit_exact),
+        cmocka_unit_test(test_softmax_tile),
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_threads_and_wide_rows),

@@ -47,9 +47,8 @@ static inline int mla_team_size(int64_t work, int64_t min_per_thread, int thread
 
 /* ---- attention tiles (decode now, prefill next) ---------------------------- */
 
-/* Key rows per tile: the P.V GEMM's depth and the scores GEMM's height.
- * 128 rather than 64: P.V reloads and stores its C (O) once per tile, which
- * at depth 64 held the avx512 kernel to ~86% of peak and at 128 to ~93%. */
+/* Key rows per tile, the most of any attention route (each route has its
+ * own, mla_attn_route.tile): per-thread scratch is sized for it. */
 #define MLA_ATTN_TILE 256
 /* Key rows widened to f32 per scores GEMM call: 8 x 576 f32 (18 KiB) stays
  * in L1 until the GEMM reads it. */

@@ -1,5 +1,6 @@
 /* AVX2 vector exp (Sleef, 1-ulp) and scale-add. */
 #include "kernels/kernels.h"
+#include "kernels/softmax_tile_body.h"
 
 #include <immintrin.h>
 #include <sleef.h>
@@ -28,4 +29,10 @@ void mla_scale_add_f32__avx2(float *y, const float *x, float w, int64_t n)
                                               _mm256_mul_ps(wv, _mm256_loadu_ps(x + i))));
     for (; i < n; i++) /* the same two roundings in scalar SSE */
         y[i] = y[i] + w * x[i];
+}
+
+void mla_softmax_tile__avx2(float *s, int64_t n, int64_t ld, int64_t nr, float score_scale,
+                            const int64_t *hidden, float *m, float *l, float *alpha)
+{
+    mla_softmax_tile_body(s, n, ld, nr, score_scale, hidden, m, l, alpha, mla_exp_f32__avx2);
 }

@@ -1,5 +1,6 @@
 /* AVX-512 vector exp (Sleef, 1-ulp) and scale-add. */
 #include "kernels/kernels.h"
+#include "kernels/softmax_tile_body.h"
 
 #include "util.h"
 
@@ -25,4 +26,10 @@ void mla_scale_add_f32__avx512(float *y, const float *x, float w, int64_t n)
                                    _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(m, x + i)));
         _mm512_mask_storeu_ps(y + i, m, sum);
     }
+}
+
+void mla_softmax_tile__avx512(float *s, int64_t n, int64_t ld, int64_t nr, float score_scale,
+                              const int64_t *hidden, float *m, float *l, float *alpha)
+{
+    mla_softmax_tile_body(s, n, ld, nr, score_scale, hidden, m, l, alpha, mla_exp_f32__avx512);
 }

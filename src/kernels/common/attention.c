@@ -22,44 +22,19 @@ static int64_t hidden_rows(const mla_attn_causal *c, int64_t key, int64_t nr)
     return first_seeing < 0 ? 0 : first_seeing < nr ? first_seeing : nr;
 }
 
-/* Every loop runs along the rows r, which are contiguous, so it vectorizes. */
+_Static_assert(MLA_ATTN_MAX_ROWS <= MLA_SOFTMAX_MAX_ROWS, "a pass's rows fit softmax_tile");
+
+/* The mask as the kernel takes it: per key row, the rows that may not see
+ * it. The online softmax itself is the backend's softmax_tile kernel, one
+ * source built for each ISA (kernels/softmax_tile_body.h). */
 void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float *s, int64_t n,
                            float score_scale, const mla_attn_causal *mask, int64_t key0)
 {
-    const int64_t ld = st->ld, nr = st->nr;
-    float *m = st->m, *l = st->l, *alpha = st->alpha;
-    float mx[MLA_ATTN_MAX_ROWS], sum[MLA_ATTN_MAX_ROWS];
-    for (int64_t r = 0; r < ld; r++) {
-        mx[r] = m[r];
-        sum[r] = 0.0f;
-    }
-    for (int64_t j = 0; j < n; j++) {
-        float *row = s + j * ld;
-        if (score_scale != 1.0f)
-            for (int64_t r = 0; r < nr; r++)
-                row[r] *= score_scale;
-        if (mask)
-            for (int64_t r = 0, hidden = hidden_rows(mask, key0 + j, nr); r < hidden; r++)
-                row[r] = -INFINITY;
-        for (int64_t r = 0; r < nr; r++)
-            mx[r] = row[r] > mx[r] ? row[r] : mx[r];
-    }
-    for (int64_t r = 0; r < ld; r++) {
-        float use = mx[r] == -INFINITY ? 0.0f : mx[r];
-        alpha[r] = m[r] - use; /* pad rows: -inf - 0 */
-        m[r] = mx[r];
-        mx[r] = use;
-    }
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t r = 0; r < ld; r++)
-            s[j * ld + r] -= mx[r];
-    k->exp_f32(s, s, n * ld);
-    k->exp_f32(alpha, alpha, ld);
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t r = 0; r < ld; r++)
-            sum[r] += s[j * ld + r];
-    for (int64_t r = 0; r < nr; r++)
-        l[r] = l[r] * alpha[r] + sum[r];
+    int64_t hidden[MLA_ATTN_TILE];
+    for (int64_t j = 0; mask && j < n; j++)
+        hidden[j] = hidden_rows(mask, key0 + j, st->nr);
+    k->softmax_tile(s, n, st->ld, st->nr, score_scale, mask ? hidden : NULL, st->m, st->l,
+                    st->alpha);
 }
 
 int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr)

@@ -70,6 +70,10 @@ typedef struct mla_attn_route {
      * L1; 0 for a whole run, since tiles load 16 rows at a time and stream
      * them from L2 well */
     int64_t convert_rows;
+    /* key rows per tile (at most MLA_ATTN_TILE): the P.V GEMM's depth and
+     * the scores GEMM's height; P.V reloads and stores its C (O) once per
+     * tile, which a deeper tile pays less often */
+    int64_t tile;
     /* elements packed in pairs along the depth: widths and row strides must
      * be multiples of this */
     int64_t pair;

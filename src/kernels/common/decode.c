@@ -1,7 +1,7 @@
 /*
  * Absorbed MLA decode driver. All H heads (times s_q query tokens) of a
  * request share one latent KV row per token, so decode is two GEMMs per tile
- * of MLA_ATTN_TILE cache rows, run by the backend's gemm_f32 micro-kernel:
+ * of cache rows (the route's tile), run by the backend's gemm_f32 micro-kernel:
  *
  *   scores  S[j][r] = sum_d K[j][d] * Qt[d][r]      (m = rows of the tile)
  *   P.V     O[r][l] = alpha[r] * O[r][l] + sum_j P[j][r] * K[j][l]
@@ -311,6 +311,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
     const decode_shape *s = &c->shape;
     float *sc = ws + c->x.s, *o = ws + c->x.o, *ones = ws + c->x.ones;
     mla_key_run runs[MLA_ATTN_TILE];
+    const int64_t tile = c->route->tile;
     for (int64_t r = 0; r < s->mb; r++)
         ones[r] = 1.0f;
     for (int64_t pass = 0; pass < s->mblocks; pass++) {
@@ -324,10 +325,10 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
         end = end < t1 ? end : t1;
         pack_queries(c, ws, b, r0, nr);
         mla_attn_rows_start(&st, o, s->l);
-        for (int64_t t = t0; t < end; t += MLA_ATTN_TILE) {
-            int64_t n = end - t < MLA_ATTN_TILE ? end - t : MLA_ATTN_TILE;
+        for (int64_t t = t0; t < end; t += tile) {
+            int64_t n = end - t < tile ? end - t : tile;
             int64_t nruns = split_tile(c, b, t, n, runs);
-            int64_t next_end = t + n + MLA_ATTN_TILE < end ? t + n + MLA_ATTN_TILE : end;
+            int64_t next_end = t + n + tile < end ? t + n + tile : end;
             prefetch_cursor pf = {.b = b, .pos = t + n, .end = next_end};
             tile_scores(c, ws, runs, nruns, &pf);
             mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale,

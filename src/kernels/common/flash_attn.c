@@ -1,7 +1,7 @@
 /*
  * Varlen flash attention driver. A unit of work is one head of one pass: up
  * to MLA_ATTN_MAX_ROWS consecutive queries of a request (a q-tile). Per
- * tile of MLA_ATTN_TILE keys it runs the attention core, as decode does:
+ * tile of the route's keys it runs the attention core, as decode does:
  *
  *   scores  S[j][r] = sum_d K[j][d] * Qt[d][r]      (keys along S's rows)
  *   softmax online over S's columns, masked on the causal diagonal
@@ -236,8 +236,9 @@ static void run_unit(const fa_ctx *c, float *ws, const fa_unit *u, int64_t h)
         blocks[g] = start_block(c, ws, u, g, h);
         end = blocks[g].end > end ? blocks[g].end : end;
     }
-    for (int64_t key = 0; key < end; key += MLA_ATTN_TILE) {
-        int64_t n = end - key < MLA_ATTN_TILE ? end - key : MLA_ATTN_TILE;
+    const int64_t tile = c->route->tile;
+    for (int64_t key = 0; key < end; key += tile) {
+        int64_t n = end - key < tile ? end - key : tile;
         if (!c->in_place)
             widen_tile(c, ws, k0 + key, n, h);
         for (int64_t g = 0; g < u->blocks; g++) {

@@ -1,5 +1,6 @@
 /* AArch64 ASIMD vector exp (Sleef, 1-ulp) and scale-add. */
 #include "kernels/kernels.h"
+#include "kernels/softmax_tile_body.h"
 
 #include <arm_neon.h>
 #include <sleef.h>
@@ -28,4 +29,10 @@ void mla_scale_add_f32__neon(float *y, const float *x, float w, int64_t n)
         vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_f32(wv, vld1q_f32(x + i))));
     for (; i < n; i++) /* the same two roundings in scalar FP */
         y[i] = y[i] + w * x[i];
+}
+
+void mla_softmax_tile__neon(float *s, int64_t n, int64_t ld, int64_t nr, float score_scale,
+                            const int64_t *hidden, float *m, float *l, float *alpha)
+{
+    mla_softmax_tile_body(s, n, ld, nr, score_scale, hidden, m, l, alpha, mla_exp_f32__neon);
 }
