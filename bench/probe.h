@@ -27,8 +27,8 @@ bench_fma_probe_fn *bench_fma_probe_for(const char *isa);
 #if defined(__x86_64__)
 /* `iters` rounds of AMX-BF16 TDPBF16PS on four independent full-tile
  * accumulators: the ceiling of the tile kernels (route "amx-bf16"). Returns
- * the FLOPs done, or 0 without doing any where the CPU lacks AMX-BF16 or
- * Linux refuses tile data; safe to call on any x86-64 CPU. */
+ * the FLOPs done, or 0 without doing any where libmla runs no AMX-BF16
+ * (mla_cpu_caps); safe to call on any x86-64 CPU. */
 double bench_amx_probe(int64_t iters, float *sink);
 #endif
 

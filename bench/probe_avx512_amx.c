@@ -1,23 +1,13 @@
 /* The AMX-BF16 throughput probe: TDPBF16PS on full tiles, the ceiling of
  * kernels that run on the tile unit. Called on any x86-64 CPU to find out
  * whether AMX runs there, so it is built with -mamx-tile -mamx-bf16 alone
- * (isa_flags): no AVX instruction can come before the checks do. */
+ * (isa_flags): no AVX instruction can come before libmla's capability check. */
 #include "probe.h"
 
-#include <cpuid.h>
-#include <immintrin.h>
-#include <stdbool.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "mla.h"
 
-#define L1_ECX_OSXSAVE (1u << 27)
-#define L7_EDX_AMX_BF16 (1u << 22)
-#define L7_EDX_AMX_TILE (1u << 24)
-#define XCR0_AMX 0x60000ull /* XTILECFG + XTILEDATA */
-/* Linux arch_prctl request for AMX tile data (asm/prctl.h, 5.16+) */
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
+#include <immintrin.h>
+#include <string.h>
 
 enum { ROWS = 16, ROW_BYTES = 64 };
 
@@ -27,26 +17,6 @@ typedef struct tile_config {
     uint16_t colsb[16];
     uint8_t rows[16];
 } tile_config;
-
-/* The CPU has AMX-TILE and AMX-BF16, the OS saves tile state, and Linux lets
- * this process use tile data (it stays off until asked for; the permission
- * is the process's, so asking again from every thread is harmless). */
-static bool amx_usable(void)
-{
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & L1_ECX_OSXSAVE))
-        return false; /* without OSXSAVE, xgetbv itself would fault */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return false;
-    const unsigned amx = L7_EDX_AMX_BF16 | L7_EDX_AMX_TILE;
-    if ((d & amx) != amx)
-        return false;
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if (((((uint64_t)hi << 32) | lo) & XCR0_AMX) != XCR0_AMX)
-        return false;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
 
 /* The tile intrinsics hand their asm only an address, so gcc 12 sees no read
  * of the bytes behind it and drops the stores that fill them; this makes
@@ -72,12 +42,13 @@ static void configure_tiles(void)
 
 /* Four independent accumulators C0-C3 (tmm0-3), each fed every round by one
  * of A0, A1 (tmm4-5) and one of B0, B1 (tmm6-7): four chains in flight cover
- * TDPBF16PS's latency at one issue per 16 cycles. Returns 0 where AMX-BF16
- * cannot run. */
+ * TDPBF16PS's latency at one issue per 16 cycles. Returns 0 where libmla
+ * runs no AMX-BF16 (mla_cpu_caps: the CPU, the OS's tile state and Linux's
+ * permission, which libmla's init asks for, and MLA_MAX_ISA). */
 double bench_amx_probe(int64_t iters, float *sink)
 {
     enum { CHAINS = 4 };
-    if (!amx_usable())
+    if (!(mla_cpu_caps() & MLA_CAP_AMX_BF16))
         return 0;
     configure_tiles();
 

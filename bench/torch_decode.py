@@ -28,9 +28,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
+
+from mla_bench_json import mla_bench_rows
 
 import torch
 
@@ -64,15 +64,7 @@ def run_mla_bench(args, threads):
     cmd = [args.mla_bench, "decode", "--json", "--threads", str(threads), "--reps", str(args.reps),
            "--batch", str(args.batch), "--heads", str(args.heads), "--ctx", str(args.ctx),
            "--q-dtype", args.dtype, "--cache-dtype", args.dtype]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
-    if done.returncode != 0:
-        sys.exit("mla_bench failed (%d): %s\n%s" % (done.returncode, " ".join(cmd), done.stderr))
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    rows = [r for r in rows if r.get("op") == "decode" and r.get("threads") == threads]
-    if not rows:
-        sys.exit("mla_bench printed no decode row: " + " ".join(cmd))
-    return rows[0]
+    return mla_bench_rows(cmd, "decode", threads)[0]
 
 
 def mla_fields(mla_s, mla_row, torch_seconds):

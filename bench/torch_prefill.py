@@ -21,9 +21,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
+
+from mla_bench_json import mla_bench_rows
 
 QK_DIM, V_DIM, ROPE_DIM = 192, 128, 64
 SCALE = 0.1352  # as mla_bench attn: DeepSeek V3's softmax scale
@@ -48,22 +48,14 @@ def time_torch(torch, args, q, k, v):
     return statistics.median(times)
 
 
-def mla_bench_rows(args, threads, tokens, reps, backend):
+def attn_rows(args, threads, tokens, reps, backend):
     """The attn rows `mla_bench attn --json` prints for this case."""
     cmd = [args.mla_bench, "attn", "--json", "--threads", str(threads), "--reps", str(reps),
            "--tokens", str(tokens), "--heads", str(args.heads), "--batch", str(args.batch),
            "--q-dtype", MLA_DTYPES[args.dtype], "--causal" if args.causal else "--no-causal"]
     if backend:
         cmd += ["--backend", backend]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
-    if done.returncode != 0:
-        sys.exit("mla_bench failed (%d): %s\n%s" % (done.returncode, " ".join(cmd), done.stderr))
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    rows = [r for r in rows if r.get("op") == "attn" and r.get("threads") == threads]
-    if not rows:
-        sys.exit("mla_bench printed no attn row: " + " ".join(cmd))
-    return rows
+    return mla_bench_rows(cmd, "attn", threads)
 
 
 def fastest_backend(args, threads):
@@ -71,13 +63,13 @@ def fastest_backend(args, threads):
     at full size would include the scalar ref one: minutes)."""
     if args.backend:
         return args.backend
-    rows = mla_bench_rows(args, threads, min(args.tokens, 256), 1, None)
+    rows = attn_rows(args, threads, min(args.tokens, 256), 1, None)
     return min(rows, key=lambda r: r["median_us"])["backend"]
 
 
 def run_mla_bench(args, threads, backend):
     """Median seconds of one `mla_bench attn` run on backend, and its row."""
-    row = mla_bench_rows(args, threads, args.tokens, args.reps, backend)[0]
+    row = attn_rows(args, threads, args.tokens, args.reps, backend)[0]
     return row["median_us"] * 1e-6, row
 
 

@@ -61,7 +61,8 @@ static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *
     mla_attn_qblock rounded;
     if (q->dtype != route->dtype) { /* f32 q on a converting route: rounded */
         uint16_t *half = (uint16_t *)stage;
-        rounded = (mla_attn_qblock){.r0 = q->r0, .nr = q->nr, .l = l, .rope = rope, .dtype = route->dtype};
+        rounded = (mla_attn_qblock){.r0 = q->r0, .nr = q->nr, .l = l, .rope = rope,
+                                    .dtype = route->dtype};
         for (int64_t r = 0; r < q->nr; r++) {
             mla_convert_run(k, half + r * d, route->dtype, q->nope[r], q->dtype, l, 1.0f);
             if (rope > 0)
@@ -170,8 +171,8 @@ static void values_f16(const mla_kernels *k, const mla_attn_values *v)
 static const mla_attn_route route_f32 = {
     /* 128 keys: at 64 the avx512 kernel's P.V ran at ~86% of peak, at 128
      * ~93%; 256 was 4% slower (its S no longer fits L1) */
-    .name = "f32", .dtype = MLA_DTYPE_F32, .convert_rows = MLA_ATTN_WIDEN_ROWS, .tile = 128, .pair = 1,
-    .q_elem = sizeof(float), .q_scaled = true,
+    .name = "f32", .dtype = MLA_DTYPE_F32, .convert_rows = MLA_ATTN_WIDEN_ROWS, .tile = 128,
+    .pair = 1, .q_elem = sizeof(float), .q_scaled = true,
     .kernel = offsetof(mla_kernels, gemm_f32),
     .pack_q = pack_q_f32, .scores = scores_f32, .values = values_f32,
 };
@@ -187,12 +188,14 @@ static const mla_attn_route half_routes[] = {
         .pack_q = pack_q_raw, .scores = scores_bf16tile, .values = values_bf16tile,
     },
     {
-        .name = "bf16-dot", .dtype = MLA_DTYPE_BF16, .tile = 128, .pair = 2, .q_elem = sizeof(uint16_t),
+        .name = "bf16-dot", .dtype = MLA_DTYPE_BF16, .tile = 128, .pair = 2,
+        .q_elem = sizeof(uint16_t),
         .kernel = offsetof(mla_kernels, gemm_bf16dot),
         .pack_q = pack_q_raw, .scores = scores_bf16dot, .values = values_bf16dot,
     },
     {
-        .name = "f16", .dtype = MLA_DTYPE_F16, .tile = 128, .pair = 1, .q_elem = sizeof(uint16_t),
+        .name = "f16", .dtype = MLA_DTYPE_F16, .tile = 128, .pair = 1,
+        .q_elem = sizeof(uint16_t),
         .kernel = offsetof(mla_kernels, gemm_f16f16),
         .pack_q = pack_q_raw, .scores = scores_f16, .values = values_f16,
     },

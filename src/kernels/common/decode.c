@@ -1,7 +1,7 @@
 /*
  * Absorbed MLA decode driver. All H heads (times s_q query tokens) of a
  * request share one latent KV row per token, so decode is two GEMMs per tile
- * of cache rows (the route's tile), run by the backend's gemm_f32 micro-kernel:
+ * of cache rows (the route's tile), run by the backend's gemm_f32 kernel:
  *
  *   scores  S[j][r] = sum_d K[j][d] * Qt[d][r]      (m = rows of the tile)
  *   P.V     O[r][l] = alpha[r] * O[r][l] + sum_j P[j][r] * K[j][l]

@@ -260,9 +260,9 @@ static void run_unit(const fa_ctx *c, float *ws, const fa_unit *u, int64_t h)
 
 /* Every request's blocks (its queries split evenly, at most
  * MLA_ATTN_MAX_ROWS each), GROUP consecutive ones to a unit, with the unit's
- * cost: rows times the keys they walk, plus a tile's worth of fixed work
- * per block. Returns how many. */
-static int64_t plan_units(const mla_flash_attn_args *a, fa_unit *out)
+ * cost: rows times the keys they walk, plus a tile's worth (the route's
+ * `tile` keys) of fixed work per block. Returns how many. */
+static int64_t plan_units(const mla_flash_attn_args *a, int64_t tile, fa_unit *out)
 {
     int64_t count = 0;
     for (int64_t b = 0; b < a->num_seqs; b++) {
@@ -280,7 +280,7 @@ static int64_t plan_units(const mla_flash_attn_args *a, fa_unit *out)
                     keys = n_k - n_q + i * rows + nr;
                     keys = keys < 0 ? 0 : keys < n_k ? keys : n_k;
                 }
-                u.cost += nr * (keys + MLA_ATTN_TILE);
+                u.cost += nr * (keys + tile);
             }
             out[count++] = u;
         }
@@ -319,7 +319,7 @@ static void run_on_route(const mla_kernels *k, const mla_flash_attn_args *a, voi
     c.in_place = c.route->dtype != MLA_DTYPE_F32;
     c.score_scale = c.route->q_scaled ? 1.0f : a->scale;
     fa_unit *units = mla_align_ptr(workspace);
-    int64_t count = plan_units(a, units);
+    int64_t count = plan_units(a, route->tile, units);
     qsort(units, (size_t)count, sizeof *units, costliest_first);
     float *scratch = (float *)((char *)units + mla_round_up(max_units(a) * (int64_t)sizeof(fa_unit),
                                                             MLA_ALIGN));
