@@ -22,8 +22,10 @@ extern "C" {
  * 3: the gemm_bf16tile route slot (AMX-BF16 tiles) and the interleave_u16
  *    slot (pair packing for the bf16 GEMMs).
  * 4: the transpose_u32 slot (query rows packed as the scores GEMM's
- *    columns) and the softmax_tile slot (the online softmax of a tile). */
-#define MLA_BACKEND_API_VERSION 4
+ *    columns) and the softmax_tile slot (the online softmax of a tile).
+ * 5: the transpose_pairs_bf16 slot (a tile's probabilities packed as the
+ *    bf16 GEMMs' A operand in one pass). */
+#define MLA_BACKEND_API_VERSION 5
 
 /* ------------------------------------------------------------------------ */
 /* The CPU-reader seam                                                       */
@@ -150,6 +152,15 @@ typedef void mla_interleave_u16_fn(uint16_t *dst, const uint16_t *even, const ui
  * dst must not overlap the rows; nothing else of dst is written. */
 typedef void mla_transpose_u32_fn(uint32_t *dst, int64_t ld, const void *const *rows, int64_t m,
                                   int64_t n);
+/* Rows of f32 to columns of bf16 pairs, two rows at a time: for r < m and
+ * p < ceil(n / 2), word p of dst row r (dst + r * ld) holds src[2p][r]
+ * rounded to bf16 in its low half and src[2p + 1][r] in its high half (0
+ * when 2p + 1 = n); src row j is at src + j * lds. Rounding as
+ * mla_cvt_f32_bf16_fn. How the bf16 routes pack a tile's probabilities P
+ * (S [keys][rows]) as their P.V GEMM's A operand, pairs along the keys.
+ * dst must not overlap src; nothing else of dst is written. */
+typedef void mla_transpose_pairs_bf16_fn(uint32_t *dst, int64_t ld, const float *src, int64_t lds,
+                                         int64_t m, int64_t n);
 /* The online softmax of one attention tile, the step decode and prefill
  * share. S is [n][ld] scores (key row j at s + j * ld; query rows along it,
  * rows r < nr real, ld a multiple of 16 and at most MLA_SOFTMAX_MAX_ROWS);
@@ -205,7 +216,8 @@ typedef void mla_scale_add_f32_fn(float *y, const float *x, float w, int64_t n);
     ROUTE(gemm_bf16tile, mla_gemm_bf16tile_fn, arg)    \
     BASE(interleave_u16, mla_interleave_u16_fn, arg)   \
     BASE(transpose_u32, mla_transpose_u32_fn, arg)     \
-    BASE(softmax_tile, mla_softmax_tile_fn, arg)
+    BASE(softmax_tile, mla_softmax_tile_fn, arg)       \
+    BASE(transpose_pairs_bf16, mla_transpose_pairs_bf16_fn, arg)
 
 #define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
 

@@ -393,6 +393,82 @@ static void test_transpose(void **state)
     assert_true(support_each_backend(MLA_OP_CONVERT, NULL, transpose_on, NULL) >= 1);
 }
 
+/* ---- P as the bf16 GEMMs' A operand (transpose_pairs_bf16) ------------------------ */
+
+/* The contract's rounding, restated: nearest even on the bits, denormals
+ * kept, NaNs quieted. */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if (f != f)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Random bits, with ties, denormals, infinities, NaNs and -0 among them. */
+static float awkward_float(void)
+{
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x00000001u, 0x807fffffu,
+                                       0x7f800000u, 0xff800000u, 0x7fc00001u, 0xff800001u,
+                                       0x80000000u, 0x7f7fffffu};
+    uint32_t u = (uint32_t)support_random();
+    if (u % 4 == 0)
+        u = special[(u >> 8) % (sizeof special / sizeof special[0])];
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* n source rows of m floats (lds apart) into m rows of pairs (ld apart):
+ * shapes straddle the 16-row and 16-pair blocks and odd n, and every word
+ * beyond the pairs or rows (guards) must stay. */
+static void transpose_pairs_on(const mla_backend_desc *b, void *ctx)
+{
+    (void)ctx;
+    enum { M = 130, N = 257, PAD = 3, GUARD = 0x5eadbeef };
+    static const int64_t ms[] = {0, 1, 3, 15, 16, 17, 33, 128, M};
+    static const int64_t ns[] = {0, 1, 2, 3, 31, 32, 33, 64, 256, N};
+    const int64_t lds = M + 5;
+    float *src = malloc((size_t)(N * lds) * sizeof *src);
+    uint32_t *dst = malloc((size_t)((M + 2) * ((N + 1) / 2 + PAD)) * sizeof *dst);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (int64_t i = 0; i < N * lds; i++)
+        src[i] = awkward_float();
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t m = ms[mi], n = ns[ni], pairs = (n + 1) / 2, ld = pairs + PAD;
+            const int64_t len = (m + 2) * ld;
+            for (int64_t i = 0; i < len; i++)
+                dst[i] = GUARD;
+            b->kernels.transpose_pairs_bf16(dst + ld, ld, src + 1, lds, m, n);
+            for (int64_t i = 0; i < len; i++) {
+                int64_t r = i / ld - 1, p = i % ld;
+                uint32_t want = GUARD;
+                if (r >= 0 && r < m && p < pairs) {
+                    want = bf16_of(src[1 + 2 * p * lds + r]);
+                    if (2 * p + 1 < n)
+                        want |= (uint32_t)bf16_of(src[1 + (2 * p + 1) * lds + r]) << 16;
+                }
+                if (dst[i] != want)
+                    fail_msg("%s transpose_pairs_bf16 m=%lld n=%lld: pair %lld of row %lld = 0x%08x, want 0x%08x",
+                             b->name, (long long)m, (long long)n, (long long)p, (long long)r, dst[i],
+                             want);
+            }
+        }
+    }
+    free(src);
+    free(dst);
+}
+
+static void test_transpose_pairs(void **state)
+{
+    (void)state;
+    support_use_cpu(NULL);
+    assert_true(support_each_backend(MLA_OP_CONVERT, NULL, transpose_pairs_on, NULL) >= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +477,7 @@ int main(void)
         cmocka_unit_test(test_long_k),
         cmocka_unit_test(test_hot_shapes),
         cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_transpose_pairs),
     };
     return cmocka_run_group_tests_name("gemm", tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@ static const struct {
     {"gemm_bf16dot", "test_gemm_bf16dot"}, {"scale_add_f32", "test_merge"},
     {"gemm_bf16tile", "test_gemm_bf16dot"}, {"interleave_u16", "test_gemm_bf16dot"},
     {"transpose_u32", "test_gemm"}, {"softmax_tile", "test_merge"},
+    {"transpose_pairs_bf16", "test_gemm"},
 };
 
 static const mla_kernel_slot *find_slot(const char *name)

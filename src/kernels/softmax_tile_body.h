@@ -39,14 +39,17 @@ static inline void mla_softmax_tile_body(float *s, int64_t n, int64_t ld, int64_
         m[r] = mx[r];
         mx[r] = use;
     }
-    for (int64_t j = 0; j < n; j++)
+    /* one pass per key row while it is in L1: a tile's S (up to 128 KB)
+     * is larger, and a pass over all of it per step cost three trips */
+    for (int64_t j = 0; j < n; j++) {
+        float *row = s + j * ld;
         for (int64_t r = 0; r < ld; r++)
-            s[j * ld + r] -= mx[r];
-    exp_f32(s, s, n * ld);
+            row[r] -= mx[r];
+        exp_f32(row, row, ld);
+        for (int64_t r = 0; r < ld; r++)
+            sum[r] += row[r];
+    }
     exp_f32(alpha, alpha, ld);
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t r = 0; r < ld; r++)
-            sum[r] += s[j * ld + r];
     for (int64_t r = 0; r < nr; r++)
         l[r] = l[r] * alpha[r] + sum[r];
 }

@@ -1,6 +1,7 @@
 /* AVX2 streaming copy: the cache lines wholly inside dst are written with
  * vmovntdq, so scattered cache-row writes do not read each line first. */
 #include "kernels/kernels.h"
+#include "kernels/transpose_pairs_body.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -86,4 +87,10 @@ void mla_transpose_u32__avx2(uint32_t *dst, int64_t ld, const void *const *rows,
                 _mm256_maskstore_epi32((int *)(dst + (p0 + j) * ld + r0), lanes, x[j]);
         }
     }
+}
+
+void mla_transpose_pairs_bf16__avx2(uint32_t *dst, int64_t ld, const float *src, int64_t lds,
+                                  int64_t m, int64_t n)
+{
+    mla_transpose_pairs_bf16_body(dst, ld, src, lds, m, n, mla_cvt_f32_bf16__avx2);
 }

@@ -16,17 +16,9 @@ void mla_cvt_bf16_f32__avx512(const uint16_t *src, float *dst, int64_t n)
 
 void mla_cvt_f32_bf16__avx512(const float *src, uint16_t *dst, int64_t n)
 {
-    const __m512i one = _mm512_set1_epi32(1), round = _mm512_set1_epi32(0x7fff);
-    const __m512i quiet = _mm512_set1_epi32(0x40);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = mla_tail_mask16(n - i);
-        __m512 f = _mm512_maskz_loadu_ps(m, src + i);
-        __m512i x = _mm512_castps_si512(f);
-        __m512i hi = _mm512_srli_epi32(x, 16);
-        __m512i bias = _mm512_add_epi32(round, _mm512_and_si512(hi, one));
-        __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
-        __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-        __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, quiet));
+        __m512i r = mla_round_bf16_epi32(_mm512_maskz_loadu_ps(m, src + i));
         _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
     }
 }

@@ -3,6 +3,8 @@
  * AVX-512 CPU runs AVX2. */
 #include "kernels/kernels.h"
 
+#include "util.h"
+
 #include <immintrin.h>
 
 void mla_copy_stream__avx512(void *dst, const void *src, int64_t bytes)
@@ -90,6 +92,39 @@ void mla_transpose_u32__avx512(uint32_t *dst, int64_t ld, const void *const *row
             transpose_16x16(x);
             for (int64_t j = 0; j < words; j++)
                 _mm512_mask_storeu_epi32(dst + (p0 + j) * ld + r0, lanes, x[j]);
+        }
+    }
+}
+
+/* Pair p of 16 rows from r0: source rows 2p and 2p + 1 rounded, the odd
+ * one shifted into the high halves (0 past the last row). */
+static __m512i pair_of(const float *src, int64_t lds, int64_t n, int64_t p, int64_t r0,
+                       __mmask16 lanes)
+{
+    __m512i even = mla_round_bf16_epi32(_mm512_maskz_loadu_ps(lanes, src + 2 * p * lds + r0));
+    if (2 * p + 1 >= n)
+        return even;
+    __m512i odd = mla_round_bf16_epi32(_mm512_maskz_loadu_ps(lanes, src + (2 * p + 1) * lds + r0));
+    return _mm512_or_si512(even, _mm512_slli_epi32(odd, 16));
+}
+
+/* 16 rows x 16 pairs a block: 32 source rows rounded into 16 words per
+ * row lane, transposed through registers, stored a destination row each. */
+void mla_transpose_pairs_bf16__avx512(uint32_t *dst, int64_t ld, const float *src, int64_t lds,
+                                      int64_t m, int64_t n)
+{
+    const int64_t pairs = (n + 1) / 2;
+    for (int64_t r0 = 0; r0 < m; r0 += 16) {
+        const int64_t rows = m - r0 < 16 ? m - r0 : 16;
+        const __mmask16 lanes = mla_tail_mask16(rows);
+        for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+            const __mmask16 words = mla_tail_mask16(pairs - p0);
+            __m512i x[16];
+            for (int64_t j = 0; j < 16; j++)
+                x[j] = p0 + j < pairs ? pair_of(src, lds, n, p0 + j, r0, lanes) : _mm512_setzero_si512();
+            transpose_16x16(x);
+            for (int64_t r = 0; r < rows; r++)
+                _mm512_mask_storeu_epi32(dst + (r0 + r) * ld + p0, words, x[r]);
         }
     }
 }

@@ -5,13 +5,12 @@
 #include <math.h>
 #include <string.h>
 
-void mla_attn_rows_start(const mla_attn_rows *st, float *o, int64_t width)
+void mla_attn_rows_start(const mla_attn_rows *st)
 {
     for (int64_t r = 0; r < st->ld; r++) {
         st->m[r] = -INFINITY;
         st->l[r] = 0.0f;
     }
-    memset(o, 0, (size_t)(st->ld * width) * sizeof(float));
 }
 
 /* Rows r of S's key row j (key key0 + j) that the causal rule hides: the

@@ -27,8 +27,10 @@ typedef struct mla_attn_rows {
     float *m, *l, *alpha;
 } mla_attn_rows;
 
-/* A fresh pass: m = -inf, l = 0, and O [ld][width] = 0. */
-void mla_attn_rows_start(const mla_attn_rows *st, float *o, int64_t width);
+/* A fresh pass: m = -inf, l = 0. O is left alone: the pass's first tile
+ * starts it from 0 (its values product takes alpha NULL), and a row that
+ * sees no key is finished as 0 without reading it. */
+void mla_attn_rows_start(const mla_attn_rows *st);
 
 /* The causal rule, bottom-right aligned (decode's MTP, prefill's new
  * tokens): pass row r is query (row0 + r) / rows_per_query, and query i sees

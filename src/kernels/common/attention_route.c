@@ -97,32 +97,34 @@ static void scores_pairs(mla_gemm_bf16dot_fn *gemm, int64_t n, int64_t ld, int64
     gemm(n, ld, d, keys, stride / 2, 1, qt, 2 * ld, s, ld, c_scale);
 }
 
-/* Scratch: P in bf16, then P and V packed as pairs along the tile's keys. */
+/* Scratch: P packed, then V packed. */
 static int64_t p_half_floats(int64_t ld)
 {
     return mla_round_up(MLA_ATTN_TILE * ld / 2, MLA_ALIGN / (int64_t)sizeof(float));
 }
 
-/* P (rounded to bf16) and V packed as pairs along the tile's rows, a zero
- * row completing an odd tile. */
-static void values_pairs(mla_gemm_bf16dot_fn *gemm, const mla_kernels *k, const mla_attn_values *v)
+/* P (rounded to bf16) as A, ld rows of pairs along the tile's keys, and V
+ * as B, pairs of rows along them, in one pass each; zero pairs complete
+ * the depth to a multiple of `step` pairs (tiles load 16 pairs at a time,
+ * and a zero pair adds nothing to the GEMM's sums). */
+static void values_pairs(mla_gemm_bf16dot_fn *gemm, int64_t step, const mla_kernels *k,
+                         const mla_attn_values *v)
 {
-    uint16_t *p16 = (uint16_t *)v->scratch;
-    uint16_t *pp = (uint16_t *)(v->scratch + p_half_floats(v->ld));
-    uint16_t *vp = (uint16_t *)(v->scratch + 2 * p_half_floats(v->ld));
-    k->cvt_f32_bf16(v->s, p16, v->n * v->ld);
+    uint32_t *pa = (uint32_t *)v->scratch;
+    uint16_t *vp = (uint16_t *)(v->scratch + p_half_floats(v->ld));
+    const int64_t pairs = (v->n + 1) / 2, depth = mla_round_up(pairs, step);
+    k->transpose_pairs_bf16(pa, depth, v->s, v->ld, v->ld, v->n);
+    for (int64_t r = 0; depth > pairs && r < v->ld; r++)
+        memset(pa + r * depth + pairs, 0, (size_t)(depth - pairs) * sizeof *pa);
     const uint16_t *rows[MLA_ATTN_TILE];
     for (int64_t q = 0; q < v->nruns; q++)
         for (int64_t j = 0; j < v->runs[q].count; j++)
             rows[v->runs[q].first + j] = (const uint16_t *)v->runs[q].rows + j * v->stride;
-    for (int64_t j = 0; j < v->n; j += 2) {
-        bool odd = j + 1 < v->n;
-        const uint16_t *next_p = odd ? p16 + (j + 1) * v->ld : NULL;
-        k->interleave_u16(pp + j * v->ld, p16 + j * v->ld, next_p, v->ld);
-        k->interleave_u16(vp + j * v->width, rows[j], odd ? rows[j + 1] : NULL, v->width);
-    }
-    gemm(v->ld, v->width, mla_round_up(v->n, 2), pp, 1, v->ld, vp, 2 * v->width, v->o, v->width,
-         v->alpha);
+    for (int64_t j = 0; j < v->n; j += 2)
+        k->interleave_u16(vp + j * v->width, rows[j], j + 1 < v->n ? rows[j + 1] : NULL, v->width);
+    memset(vp + 2 * pairs * v->width, 0, (size_t)(2 * (depth - pairs) * v->width) * sizeof *vp);
+    gemm(v->ld, v->width, 2 * depth, (const uint16_t *)pa, depth, 1, vp, 2 * v->width, v->o,
+         v->width, v->alpha);
 }
 
 static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
@@ -133,7 +135,7 @@ static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t 
 
 static void values_bf16dot(const mla_kernels *k, const mla_attn_values *v)
 {
-    values_pairs(k->gemm_bf16dot, k, v);
+    values_pairs(k->gemm_bf16dot, 1, k, v);
 }
 
 static void scores_bf16tile(const mla_kernels *k, int64_t n, int64_t ld, int64_t d,
@@ -143,9 +145,10 @@ static void scores_bf16tile(const mla_kernels *k, int64_t n, int64_t ld, int64_t
     scores_pairs(k->gemm_bf16tile, n, ld, d, keys, stride, qt, s, c_scale);
 }
 
+/* A whole 16-pair steps deep, so that tiles load P in place. */
 static void values_bf16tile(const mla_kernels *k, const mla_attn_values *v)
 {
-    values_pairs(k->gemm_bf16tile, k, v);
+    values_pairs(k->gemm_bf16tile, 16, k, v);
 }
 
 /* ---- f16 ------------------------------------------------------------------ */
@@ -235,8 +238,8 @@ const mla_attn_route *mla_attn_half_routes(int *count)
 
 int64_t mla_attn_route_scratch_floats(int64_t ld, int64_t width)
 {
-    /* bf16-dot's needs cover f16's (P alone) and f32's (none) */
-    return 2 * p_half_floats(ld) +
+    /* the pair routes' needs cover f16's (P alone) and f32's (none) */
+    return p_half_floats(ld) +
            mla_round_up(MLA_ATTN_TILE * width / 2, MLA_ALIGN / (int64_t)sizeof(float));
 }
 

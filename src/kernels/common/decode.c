@@ -254,10 +254,11 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
     }
 }
 
-/* O = alpha * O + P^T V over the tile's n rows: V is the first L values of
- * each cache row, read in place or from the rows tile_scores converted. */
+/* O = alpha * O + P^T V over the tile's n rows (O = P^T V on the pass's
+ * first tile): V is the first L values of each cache row, read in place or
+ * from the rows tile_scores converted. */
 static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs, int64_t nruns,
-                        int64_t n)
+                        int64_t n, bool first)
 {
     const decode_shape *s = &c->shape;
     const mla_key_run widened = {.rows = ws + c->x.kf, .count = n, .first = 0};
@@ -266,7 +267,7 @@ static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs,
         .ld = s->mb, .width = s->l, .n = n, .s = ws + c->x.s,
         .runs = in_place ? runs : &widened, .nruns = in_place ? nruns : 1,
         .stride = in_place ? c->cache->entry_stride : s->d,
-        .o = ws + c->x.o, .alpha = ws + c->x.alpha, .ones = ws + c->x.ones,
+        .o = ws + c->x.o, .alpha = first ? NULL : ws + c->x.alpha, .ones = ws + c->x.ones,
         .scratch = ws + c->x.route,
     };
     c->route->values(c->k, &v);
@@ -309,7 +310,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
 {
     const mla_decode_args *a = c->a;
     const decode_shape *s = &c->shape;
-    float *sc = ws + c->x.s, *o = ws + c->x.o, *ones = ws + c->x.ones;
+    float *sc = ws + c->x.s, *ones = ws + c->x.ones;
     mla_key_run runs[MLA_ATTN_TILE];
     const int64_t tile = c->route->tile;
     for (int64_t r = 0; r < s->mb; r++)
@@ -324,7 +325,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
         int64_t end = mla_attn_causal_end(&causal, nr);
         end = end < t1 ? end : t1;
         pack_queries(c, ws, b, r0, nr);
-        mla_attn_rows_start(&st, o, s->l);
+        mla_attn_rows_start(&st);
         for (int64_t t = t0; t < end; t += tile) {
             int64_t n = end - t < tile ? end - t : tile;
             int64_t nruns = split_tile(c, b, t, n, runs);
@@ -333,7 +334,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
             tile_scores(c, ws, runs, nruns, &pf);
             mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale,
                                   mla_attn_causal_straddles(&causal, t, n) ? &causal : NULL, t);
-            tile_values(c, ws, runs, nruns, n);
+            tile_values(c, ws, runs, nruns, n, t == t0);
         }
         finish_rows(c, ws, b, r0, nr, slot);
     }

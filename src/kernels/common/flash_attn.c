@@ -157,7 +157,7 @@ static fa_block start_block(const fa_ctx *c, float *ws, const fa_unit *u, int64_
             q.nope[i] = row_of(c, a->q, blk.t0 + r + i, a->q_token_stride, h, a->q_head_stride);
         c->route->pack_q(c->route, c->k, blk.qt, blk.ld, &q, a->scale, ws + x->qrow);
     }
-    mla_attn_rows_start(&blk.st, blk.o, a->v_dim);
+    mla_attn_rows_start(&blk.st);
     return blk;
 }
 
@@ -195,8 +195,10 @@ static void tile_scores(const fa_ctx *c, float *ws, const fa_block *b, int64_t k
                          b->s, ws + c->x.ones);
 }
 
-/* The block's O = alpha O + P^T V over values [key, key + n) of head h. */
-static void tile_values(const fa_ctx *c, float *ws, const fa_block *b, int64_t key, int64_t n, int64_t h)
+/* The block's O = alpha O + P^T V over values [key, key + n) of head h
+ * (O = P^T V on its first tile). */
+static void tile_values(const fa_ctx *c, float *ws, const fa_block *b, int64_t key, int64_t n,
+                        int64_t h, bool first)
 {
     const mla_flash_attn_args *a = c->a;
     const mla_key_run run = {
@@ -205,7 +207,8 @@ static void tile_values(const fa_ctx *c, float *ws, const fa_block *b, int64_t k
         .count = n, .first = 0};
     mla_attn_values values = {
         .ld = b->ld, .width = a->v_dim, .n = n, .s = b->s, .runs = &run, .nruns = 1,
-        .stride = c->in_place ? a->v_token_stride : a->v_dim, .o = b->o, .alpha = b->st.alpha,
+        .stride = c->in_place ? a->v_token_stride : a->v_dim, .o = b->o,
+        .alpha = first ? NULL : b->st.alpha,
         .ones = ws + c->x.ones, .scratch = ws + c->x.route,
     };
     c->route->values(c->k, &values);
@@ -249,7 +252,7 @@ static void run_unit(const fa_ctx *c, float *ws, const fa_unit *u, int64_t h)
             bool masked = a->causal && mla_attn_causal_straddles(&b->causal, key, nb);
             tile_scores(c, ws, b, k0 + key, nb, h);
             mla_attn_softmax_tile(c->k, &b->st, b->s, nb, c->score_scale, masked ? &b->causal : NULL, key);
-            tile_values(c, ws, b, k0 + key, nb, h);
+            tile_values(c, ws, b, k0 + key, nb, h, key == 0);
         }
     }
     for (int64_t g = 0; g < u->blocks; g++)

@@ -2,6 +2,7 @@
  * write streams and stop allocating them in cache by themselves, and STNP is
  * only a hint, so a streaming variant would buy nothing measurable. */
 #include "kernels/kernels.h"
+#include "kernels/transpose_pairs_body.h"
 
 #include <arm_neon.h>
 #include <string.h>
@@ -59,4 +60,10 @@ void mla_transpose_u32__neon(uint32_t *dst, int64_t ld, const void *const *rows,
         transpose_words(dst, ld, rows, r0, r0 + 4, n4, n);
     }
     transpose_words(dst, ld, rows, m4, m, 0, n);
+}
+
+void mla_transpose_pairs_bf16__neon(uint32_t *dst, int64_t ld, const float *src, int64_t lds,
+                                  int64_t m, int64_t n)
+{
+    mla_transpose_pairs_bf16_body(dst, ld, src, lds, m, n, mla_cvt_f32_bf16__neon);
 }

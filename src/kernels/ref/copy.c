@@ -1,5 +1,6 @@
 /* Reference copies: plain stores, so there is nothing to fence. */
 #include "kernels/kernels.h"
+#include "kernels/transpose_pairs_body.h"
 
 #include <string.h>
 
@@ -26,4 +27,10 @@ void mla_transpose_u32__ref(uint32_t *dst, int64_t ld, const void *const *rows, 
     for (int64_t p = 0; p < n; p++)
         for (int64_t r = 0; r < m; r++)
             memcpy(&dst[p * ld + r], (const char *)rows[r] + 4 * p, sizeof *dst);
+}
+
+void mla_transpose_pairs_bf16__ref(uint32_t *dst, int64_t ld, const float *src, int64_t lds,
+                                  int64_t m, int64_t n)
+{
+    mla_transpose_pairs_bf16_body(dst, ld, src, lds, m, n, mla_cvt_f32_bf16__ref);
 }
