@@ -97,8 +97,9 @@ static void scores_pairs(mla_gemm_bf16dot_fn *gemm, int64_t n, int64_t ld, int64
     gemm(n, ld, d, keys, stride / 2, 1, qt, 2 * ld, s, ld, c_scale);
 }
 
-/* Scratch: P packed, then V packed. */
-static int64_t p_half_floats(int64_t ld)
+/* Scratch: P packed (ld rows of up to MLA_ATTN_TILE / 2 pairs, or the f16
+ * route's P in f16), then V packed (MLA_ATTN_TILE / 2 pair rows). */
+static int64_t p_region_floats(int64_t ld)
 {
     return mla_round_up(MLA_ATTN_TILE * ld / 2, MLA_ALIGN / (int64_t)sizeof(float));
 }
@@ -111,7 +112,7 @@ static void values_pairs(mla_gemm_bf16dot_fn *gemm, int64_t step, const mla_kern
                          const mla_attn_values *v)
 {
     uint32_t *pa = (uint32_t *)v->scratch;
-    uint16_t *vp = (uint16_t *)(v->scratch + p_half_floats(v->ld));
+    uint16_t *vp = (uint16_t *)(v->scratch + p_region_floats(v->ld));
     const int64_t pairs = (v->n + 1) / 2, depth = mla_round_up(pairs, step);
     k->transpose_pairs_bf16(pa, depth, v->s, v->ld, v->ld, v->n);
     for (int64_t r = 0; depth > pairs && r < v->ld; r++)
@@ -239,7 +240,7 @@ const mla_attn_route *mla_attn_half_routes(int *count)
 int64_t mla_attn_route_scratch_floats(int64_t ld, int64_t width)
 {
     /* the pair routes' needs cover f16's (P alone) and f32's (none) */
-    return p_half_floats(ld) +
+    return p_region_floats(ld) +
            mla_round_up(MLA_ATTN_TILE * width / 2, MLA_ALIGN / (int64_t)sizeof(float));
 }
 
