@@ -3,6 +3,8 @@
 #include "kernels/kernels.h"
 #include "kernels/transpose_pairs_body.h"
 
+#include "util.h"
+
 #include <immintrin.h>
 #include <string.h>
 
@@ -41,12 +43,6 @@ void mla_interleave_u16__avx2(uint16_t *dst, const uint16_t *even, const uint16_
     mla_interleave_u16__ref(dst + 2 * e, even + e, odd ? odd + e : NULL, n - e);
 }
 
-/* Lane i of a vector mask: all ones for i < count. */
-static __m256i first_lanes(int64_t count)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* x[i] word j -> x[j] word i: pairs of rows (unpack 32), groups of four
  * (unpack 64), then the two 128-bit halves. */
 static void transpose_8x8(__m256i x[8])
@@ -74,10 +70,10 @@ void mla_transpose_u32__avx2(uint32_t *dst, int64_t ld, const void *const *rows,
                              int64_t n)
 {
     for (int64_t r0 = 0; r0 < m; r0 += 8) {
-        const __m256i lanes = first_lanes(m - r0);
+        const __m256i lanes = mla_first_lanes8(m - r0);
         for (int64_t p0 = 0; p0 < n; p0 += 8) {
             const int64_t words = n - p0 < 8 ? n - p0 : 8;
-            const __m256i present = first_lanes(words);
+            const __m256i present = mla_first_lanes8(words);
             __m256i x[8];
             for (int i = 0; i < 8; i++)
                 x[i] = r0 + i < m ? _mm256_maskload_epi32((const int *)((const char *)rows[r0 + i] + 4 * p0), present)

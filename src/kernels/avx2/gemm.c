@@ -10,6 +10,8 @@
  * zero-padded copy, since AVX2 has no 16-bit masked load for bf16. */
 #include "kernels/kernels.h"
 
+#include "util.h"
+
 #include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>
@@ -170,8 +172,7 @@ static ALWAYS_INLINE void gemm(int64_t m, int64_t n, int64_t k, const float *a, 
         /* m split evenly into tiles of at most mr rows (6 = 3 + 3, not 4 + 2) */
         int64_t tiles = (m + mr - 1) / mr;
         tile_args t = {.rs_a = rs_a, .cs_a = cs_a, .ldc = ldc,
-                       .mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cols),
-                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))};
+                       .mask = mla_first_lanes8(cols)};
         /* one block even when k = 0: C still gets c_scale * C or 0 */
         for (int64_t p0 = 0; p0 == 0 || p0 < k; p0 += kc_max) {
             t.kc = k - p0 < kc_max ? k - p0 : kc_max;

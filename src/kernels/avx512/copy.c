@@ -84,11 +84,11 @@ void mla_transpose_u32__avx512(uint32_t *dst, int64_t ld, const void *const *row
                                int64_t n)
 {
     for (int64_t r0 = 0; r0 < m; r0 += 16) {
-        const __mmask16 lanes = m - r0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (m - r0)) - 1);
+        const __mmask16 lanes = mla_tail_mask16(m - r0);
         for (int64_t p0 = 0; p0 < n; p0 += 16) {
             const int64_t words = n - p0 < 16 ? n - p0 : 16;
             __m512i x[16];
-            load_block(x, rows, r0, m, p0, (__mmask16)((1u << words) - 1));
+            load_block(x, rows, r0, m, p0, mla_tail_mask16(words));
             transpose_16x16(x);
             for (int64_t j = 0; j < words; j++)
                 _mm512_mask_storeu_epi32(dst + (p0 + j) * ld + r0, lanes, x[j]);

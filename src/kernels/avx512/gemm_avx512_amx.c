@@ -22,6 +22,8 @@
  */
 #include "kernels/kernels.h"
 
+#include "util.h"
+
 #include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>
@@ -126,52 +128,6 @@ static int64_t min64(int64_t x, int64_t y)
     return x < y ? x : y;
 }
 
-/* r[c] = column c of the 16 x 16 matrix of 32-bit units r. */
-static void transpose16(__m512i r[16])
-{
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4i + k], 128-bit lane L: column 4L + k of rows 4i .. 4i + 3 */
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int k = 0; k < 4; k++) {
-        __m512i x0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88);
-        __m512i x1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xdd);
-        __m512i y0 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88);
-        __m512i y1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xdd);
-        r[k] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-        r[4 + k] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-        r[8 + k] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-        r[12 + k] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-    }
-}
-
-/* A stored by column (rs_a = 1: each pair's rows lie side by side, as P
- * does in decode) into the panel's rows, 16 x 16 pairs at a time. */
-static void transpose_into_panel(const gemm *g, int64_t i0, int64_t rows, int64_t p0, int64_t np,
-                                 uint32_t *panel, int64_t width)
-{
-    for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-        const __mmask16 in = (__mmask16)((1u << min64(ROWS, rows - r0)) - 1);
-        for (int64_t q0 = 0; q0 < width; q0 += STEP) {
-            __m512i v[16];
-            for (int64_t t = 0; t < STEP; t++)
-                v[t] = q0 + t < np ? _mm512_maskz_loadu_epi32(in, g->a + 2 * (i0 + r0 + (p0 + q0 + t) * g->cs_a))
-                                   : _mm512_setzero_si512();
-            transpose16(v);
-            for (int64_t r = 0; r < ROWS; r++)
-                _mm512_store_si512(panel + (r0 + r) * width + q0, v[r]);
-        }
-    }
-}
-
 /* A's rows [i0, i0 + rows) x pairs [p0, p0 + np) as tiles can load them: in
  * place when they are whole tiles along memory, else copied into `panel`
  * (BLOCK rows of round_up(np, STEP) pairs, zero beyond the real ones). */
@@ -181,10 +137,6 @@ static a_view view_a(const gemm *g, int64_t i0, int64_t rows, int64_t p0, int64_
     if (g->cs_a == 1 && rows % ROWS == 0 && np % STEP == 0)
         return (a_view){(const char *)(g->a + 2 * (i0 * g->rs_a + p0)), g->rs_a * 4};
     const int64_t width = (np + STEP - 1) / STEP * STEP;
-    if (g->rs_a == 1 && g->cs_a != 1) {
-        transpose_into_panel(g, i0, rows, p0, np, panel, width);
-        return (a_view){(const char *)panel, width * 4};
-    }
     memset(panel, 0, (size_t)(BLOCK * width) * sizeof *panel);
     for (int64_t r = 0; r < rows; r++) {
         /* memcpy: pairs may be only 2-byte aligned */
@@ -210,7 +162,7 @@ static ALWAYS_INLINE void load_b(int t, const gemm *g, int64_t p, int64_t np, in
         tile_load(t, src, g->ldb * 2);
         return;
     }
-    const __mmask16 mask = (__mmask16)((1u << min64(cols, ROWS)) - 1);
+    const __mmask16 mask = mla_tail_mask16(cols);
     for (int64_t q = 0; q < STEP; q++)
         _mm512_store_si512(stage + q * ROWS,
                            q < np ? _mm512_maskz_loadu_epi32(mask, src + q * g->ldb) : _mm512_setzero_si512());
@@ -243,7 +195,7 @@ static ALWAYS_INLINE void start_c(int t, const gemm *g, const c_tile *ct, bool f
         tile_load(t, c, g->ldc * 4);
         return;
     }
-    const __mmask16 mask = (__mmask16)((1u << ct->cols) - 1);
+    const __mmask16 mask = mla_tail_mask16(ct->cols);
     for (int64_t r = 0; r < ct->rows; r++) {
         __m512 row = _mm512_maskz_loadu_ps(mask, c + r * g->ldc);
         if (first) /* a rounded multiply of its own, as in the twin */
@@ -261,7 +213,7 @@ static ALWAYS_INLINE void store_c(int t, const gemm *g, const c_tile *ct, float 
         return;
     }
     tile_store(t, stage, 64);
-    const __mmask16 mask = (__mmask16)((1u << ct->cols) - 1);
+    const __mmask16 mask = mla_tail_mask16(ct->cols);
     for (int64_t r = 0; r < ct->rows; r++)
         _mm512_mask_storeu_ps(c + r * g->ldc, mask, _mm512_load_ps(stage + r * ROWS));
 }

@@ -261,11 +261,11 @@ static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs,
                         int64_t n, bool first)
 {
     const decode_shape *s = &c->shape;
-    const mla_key_run widened = {.rows = ws + c->x.kf, .count = n, .first = 0};
+    const mla_key_run converted = {.rows = ws + c->x.kf, .count = n, .first = 0};
     const bool in_place = rows_in_place(c);
     mla_attn_values v = {
         .ld = s->mb, .width = s->l, .n = n, .s = ws + c->x.s,
-        .runs = in_place ? runs : &widened, .nruns = in_place ? nruns : 1,
+        .runs = in_place ? runs : &converted, .nruns = in_place ? nruns : 1,
         .stride = in_place ? c->cache->entry_stride : s->d,
         .o = ws + c->x.o, .alpha = first ? NULL : ws + c->x.alpha, .ones = ws + c->x.ones,
         .scratch = ws + c->x.route,
