@@ -24,8 +24,10 @@ extern "C" {
  * 4: the transpose_u32 slot (query rows packed as the scores GEMM's
  *    columns) and the softmax_tile slot (the online softmax of a tile).
  * 5: the transpose_pairs_bf16 slot (a tile's probabilities packed as the
- *    bf16 GEMMs' A operand in one pass). */
-#define MLA_BACKEND_API_VERSION 5
+ *    bf16 GEMMs' A operand in one pass).
+ * 6: the merge_pair slot (merge_attn_states' weighted sum of a row, read
+ *    and written in the row's dtype in one pass). */
+#define MLA_BACKEND_API_VERSION 6
 
 /* ------------------------------------------------------------------------ */
 /* The CPU-reader seam                                                       */
@@ -183,6 +185,17 @@ typedef void mla_softmax_tile_fn(float *s, int64_t n, int64_t ld, int64_t nr, fl
  * weighted sums of the LSE merge run on it. y and x may be equal, else they
  * must not overlap. */
 typedef void mla_scale_add_f32_fn(float *y, const float *x, float w, int64_t n);
+/* out[i] = (0 + w0 * prefix[i]) + w1 * suffix[i] for i < n, with the three
+ * rows in dtype (f32, bf16 or f16): each input widened exactly to f32, the
+ * products and sums rounded to f32 in that order (never fused: the bits of
+ * two scale_add_f32 calls on a zeroed row), the result rounded to dtype as
+ * the cvt_f32_bf16 / cvt_f32_f16 slots round. merge_attn_states' weighted
+ * sum of a row, without an f32 copy of either input. Stores may be
+ * streaming (non-temporal), as copy_stream's: the caller runs store_fence
+ * before another thread reads out. out may be prefix or suffix itself (each
+ * element is read before it is written); no other overlap. */
+typedef void mla_merge_pair_fn(void *out, const void *prefix, const void *suffix, mla_dtype dtype,
+                               float w0, float w1, int64_t n);
 
 /* ------------------------------------------------------------------------ */
 /* The kernel list                                                           */
@@ -217,7 +230,8 @@ typedef void mla_scale_add_f32_fn(float *y, const float *x, float w, int64_t n);
     BASE(interleave_u16, mla_interleave_u16_fn, arg)   \
     BASE(transpose_u32, mla_transpose_u32_fn, arg)     \
     BASE(softmax_tile, mla_softmax_tile_fn, arg)       \
-    BASE(transpose_pairs_bf16, mla_transpose_pairs_bf16_fn, arg)
+    BASE(transpose_pairs_bf16, mla_transpose_pairs_bf16_fn, arg) \
+    BASE(merge_pair, mla_merge_pair_fn, arg)
 
 #define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
 

@@ -49,6 +49,7 @@ static const struct {
     {"gemm_bf16tile", "test_gemm_bf16dot"}, {"interleave_u16", "test_gemm_bf16dot"},
     {"transpose_u32", "test_gemm"}, {"softmax_tile", "test_merge"},
     {"transpose_pairs_bf16", "test_gemm"},
+    {"merge_pair", "test_merge"},
 };
 
 static const mla_kernel_slot *find_slot(const char *name)

@@ -1,6 +1,6 @@
 /*
- * merge_attn_states (docs/semantics.md §4) and the scale_add_f32 slot it
- * runs on. Every case runs on every backend this CPU has and on 1, 2 and 3
+ * merge_attn_states (docs/semantics.md §4) and the slots it runs on
+ * (merge_pair; scale_add_f32, which the decode combine shares). Every case runs on every backend this CPU has and on 1, 2 and 3
  * threads, and each result must be bit for bit the spec's f32 arithmetic
  * written out here (the weights and the sum in f32, each product and sum
  * rounded once, as the slot's contract fixes), so all backends and thread
@@ -94,6 +94,100 @@ static void test_scale_add_bit_exact(void **state)
 {
     (void)state;
     assert_true(support_each_backend(MLA_OP_PREFILL, NULL, scale_add_on, NULL) >= 1);
+}
+
+/* ---- the merge_pair slot ---------------------------------------------------- */
+
+/* The slot's contract restated: (0 + w0 * p) + w1 * s, each operation
+ * rounded to f32, then rounded to the dtype by the oracle's conversion. */
+static void merge_pair_expected(mla_dtype dtype, void *out, const void *p, const void *s, float w0,
+                                float w1, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float y = 0.0f + w0 * oracle_load(dtype, p, i, 1.0f);
+        float ws = w1 * oracle_load(dtype, s, i, 1.0f);
+        oracle_store(dtype, out, i, y + ws, 1.0f);
+    }
+}
+
+/* Element i of two arrays of dtype: the same bits, or both NaN. */
+static bool same_element(mla_dtype dtype, const void *want, const void *got, int64_t i)
+{
+    const int64_t size = mla_dtype_size(dtype);
+    if (memcmp((const char *)want + i * size, (const char *)got + i * size, (size_t)size) == 0)
+        return true;
+    return isnan(oracle_load(dtype, want, i, 1.0f)) && isnan(oracle_load(dtype, got, i, 1.0f));
+}
+
+/* One call at element offset `shift` from 64-byte alignment (0: the
+ * streaming path; 1: unaligned stores), out apart from the inputs or one of
+ * them; guard bytes around out must stay. */
+static void merge_pair_case(const mla_backend_desc *b, mla_dtype dtype, int64_t n, int64_t shift,
+                            int in_place, float w0, float w1)
+{
+    enum { PAD = 64 };
+    const int64_t size = dtype == MLA_DTYPE_F32 ? 4 : 2, bytes = (n + shift) * size + 2 * PAD;
+    char *p = aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+    char *s = aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+    char *o = aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+    char *want = malloc((size_t)(n * size + 1));
+    assert_non_null(p);
+    assert_non_null(s);
+    assert_non_null(o);
+    assert_non_null(want);
+    memset(o, GUARD, (size_t)bytes);
+    char *pi = p + PAD + shift * size, *si = s + PAD + shift * size, *oi = o + PAD + shift * size;
+    for (int64_t i = 0; i < n; i++) {
+        oracle_store(dtype, pi, i, slot_value(support_random()), 1.0f);
+        oracle_store(dtype, si, i, slot_value(support_random()), 1.0f);
+    }
+    merge_pair_expected(dtype, want, pi, si, w0, w1, n);
+    char *dst = in_place == 1 ? pi : in_place == 2 ? si : oi;
+    b->kernels.merge_pair(dst, pi, si, dtype, w0, w1, n);
+    b->kernels.store_fence();
+    for (int64_t i = 0; i < n; i++)
+        if (!same_element(dtype, want, dst, i))
+            fail_msg("%s merge_pair %s n=%lld shift=%lld in_place=%d w=(%g, %g) [%lld]: %a, %a gave %a",
+                     b->name, mla_dtype_name(dtype), (long long)n, (long long)shift, in_place,
+                     (double)w0, (double)w1, (long long)i, (double)oracle_load(dtype, pi, i, 1.0f),
+                     (double)oracle_load(dtype, si, i, 1.0f), (double)oracle_load(dtype, dst, i, 1.0f));
+    if (!in_place)
+        for (int64_t at = 0; at < bytes; at++)
+            if ((at < PAD + shift * size || at >= PAD + (shift + n) * size) && (uint8_t)o[at] != GUARD)
+                fail_msg("%s merge_pair %s n=%lld shift=%lld wrote outside out at byte %lld", b->name,
+                         mla_dtype_name(dtype), (long long)n, (long long)shift,
+                         (long long)(at - PAD - shift * size));
+    free(p);
+    free(s);
+    free(o);
+    free(want);
+}
+
+/* n straddles every vector width, 64-byte step and tail; weights include 0,
+ * infinity and NaN; inputs every special value. */
+static void merge_pair_on(const mla_backend_desc *b, void *ctx)
+{
+    (void)ctx;
+    static const mla_dtype dtypes[] = {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_DTYPE_F16};
+    static const float weights[][2] = {{0.25f, 0.75f}, {1.0f, 0.0f}, {0.0f, 1.0f}, {3.3e-3f, 0.9967f},
+                                       {-1.75f, 2.5f}, {INFINITY, 0.5f}, {NAN, 0.5f}};
+    for (int d = 0; d < COUNT(dtypes); d++)
+        for (int64_t n = 0; n <= 1030; n = n < 70 ? n + 1 : n < 130 ? n + 29 : n + 900)
+            for (int wi = 0; wi < COUNT(weights); wi++) {
+                merge_pair_case(b, dtypes[d], n, 0, 0, weights[wi][0], weights[wi][1]);
+                merge_pair_case(b, dtypes[d], n, 1, 0, weights[wi][0], weights[wi][1]);
+            }
+    for (int d = 0; d < COUNT(dtypes); d++)
+        for (int64_t n = 1; n <= 200; n += 33) {
+            merge_pair_case(b, dtypes[d], n, 0, 1, 0.4f, 0.6f);
+            merge_pair_case(b, dtypes[d], n, 1, 2, 0.4f, 0.6f);
+        }
+}
+
+static void test_merge_pair_bit_exact(void **state)
+{
+    (void)state;
+    assert_true(support_each_backend(MLA_OP_PREFILL, NULL, merge_pair_on, NULL) >= 1);
 }
 
 /* ---- the softmax_tile slot --------------------------------------------------- */
@@ -437,16 +531,6 @@ static mla_merge_attn_args fresh_args(merge_data *d)
         .prefill_tokens_with_context = k->K};
 }
 
-/* Element i of two buffers of the case's dtype: the same bits, or both NaN. */
-static bool same_element(const merge_data *d, const void *want, const void *got, int64_t i)
-{
-    if (memcmp((const char *)want + i * d->elem, (const char *)got + i * d->elem,
-               (size_t)d->elem) == 0)
-        return true;
-    return isnan(oracle_load(d->c.dtype, want, i, 1.0f)) &&
-           isnan(oracle_load(d->c.dtype, got, i, 1.0f));
-}
-
 /* The output rows against the spec's formula in double: exactly for the
  * exact edge pairs and for rows past K, within rounding elsewhere. */
 static void expect_double_formula(const merge_data *d, const void *out, const char *who)
@@ -501,7 +585,7 @@ static void expect_result(const merge_data *d, const mla_merge_attn_args *a, con
     const merge_case *k = &d->c;
     const unsigned char *out = a->out;
     for (int64_t i = 0; i < d->out_elems; i++)
-        if (!same_element(d, d->want, out, i))
+        if (!same_element(d->c.dtype, d->want, out, i))
             fail_msg("%s %s: out element %lld is %g, want %g", who, k->name, (long long)i,
                      (double)oracle_load(k->dtype, out, i, 1.0f),
                      (double)oracle_load(k->dtype, d->want, i, 1.0f));
@@ -705,6 +789,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scale_add_bit_exact),
+        cmocka_unit_test(test_merge_pair_bit_exact),
         cmocka_unit_test(test_softmax_tile),
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_layouts),

@@ -12,4 +12,19 @@ static inline __m256i mla_first_lanes8(int64_t count)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* 8 floats rounded to bf16 (nearest even, denormals kept, NaNs quieted),
+ * each code in the low half of its 32-bit lane with the high half 0: the
+ * rounding of mla_cvt_f32_bf16__ref. */
+static inline __m256i mla_round_bf16_epi32x8(__m256 f)
+{
+    const __m256i x = _mm256_castps_si256(f);
+    const __m256i hi = _mm256_srli_epi32(x, 16);
+    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
+    const __m256i quiet_nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+    const __m256 is_nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+    return _mm256_blendv_epi8(rounded, quiet_nan, _mm256_castps_si256(is_nan));
+}
+
 #endif

@@ -97,17 +97,16 @@ float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const 
     return mx + logf(sum);
 }
 
-float mla_attn_merge_pair(const mla_kernels *k, float *dst, int64_t width, const float *prefix,
-                          const float *suffix, const float lse[2])
+float mla_attn_merge_weights(const float lse[2], float w[2])
 {
     float mx = merge_max(lse, 1, 2);
-    memset(dst, 0, (size_t)width * sizeof(float));
+    w[0] = w[1] = 0.0f;
     if (mx == -INFINITY)
         return -INFINITY;
     /* mla_attn_merge_row's expressions for count 2, each exp once */
     const float e0 = expf(empty_if_inf(lse[0]) - mx), e1 = expf(empty_if_inf(lse[1]) - mx);
     const float sum = 0.0f + e0 + e1;
-    k->scale_add_f32(dst, prefix, e0 / sum, width);
-    k->scale_add_f32(dst, suffix, e1 / sum, width);
+    w[0] = e0 / sum;
+    w[1] = e1 / sum;
     return mx + logf(sum);
 }

@@ -76,10 +76,11 @@ float mla_attn_finish_row(float *o, int64_t width, float m, float l);
 float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const float *o,
                          int64_t o_stride, const float *lse, int64_t lse_stride, int64_t count);
 
-/* mla_attn_merge_row of two partials that lie apart (prefix, then suffix,
- * with LSEs lse[0], lse[1]): the same bits, each weight's exp computed once.
- * merge_attn_states' row. */
-float mla_attn_merge_pair(const mla_kernels *k, float *dst, int64_t width, const float *prefix,
-                          const float *suffix, const float lse[2]);
+/* The weights of mla_attn_merge_row with count 2 (prefix, then suffix, with
+ * LSEs lse[0] and lse[1]), each exp computed once: returns the merged LSE,
+ * -inf when both sides are empty (then w is 0 and the row is 0, not a
+ * weighted sum). k->merge_pair with these weights gives mla_attn_merge_row's
+ * bits: merge_attn_states' row, read and written in its own dtype. */
+float mla_attn_merge_weights(const float lse[2], float w[2]);
 
 #endif

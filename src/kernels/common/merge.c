@@ -1,10 +1,11 @@
 #include "merge.h"
 
 #include "attention.h"
-#include "elementwise.h"
 #include "core/policy.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Row (t, h) of the inputs and of out, in bytes from their bases. */
 static int64_t in_offset(const mla_merge_attn_args *a, int64_t t, int64_t h, int64_t elem)
@@ -31,35 +32,38 @@ static void copy_suffix_row(const mla_kernels *k, const mla_merge_attn_args *a, 
         a->out_lse[h * a->num_tokens + t] = a->suffix_lse[h * a->num_tokens + t];
 }
 
-/* Row (t, h) with context, in MLA_MERGE_CHUNK pieces: each piece is merged
- * on the stack before the same piece of out is written, so out may be
- * either input exactly (same strides: piece for piece the same bytes). out
- * is written with streaming stores, as a memcpy of its size would be: no
- * read-for-ownership of lines the merge overwrites whole. */
+/* Row (t, h) with context: k->merge_pair reads both inputs once, in their
+ * dtype, and streams out where it can (no read-for-ownership of lines the
+ * merge overwrites whole); out may be either input exactly (same strides),
+ * as the slot reads each element before it writes it. */
 static void merge_row(const mla_kernels *k, const mla_merge_attn_args *a, int64_t t, int64_t h,
                       int64_t elem)
 {
-    _Alignas(64) float in[2][MLA_MERGE_CHUNK], sum[MLA_MERGE_CHUNK];
-    _Alignas(64) uint16_t half[MLA_MERGE_CHUNK];
     const char *p = (const char *)a->prefix + in_offset(a, t, h, elem);
     const char *s = (const char *)a->suffix + in_offset(a, t, h, elem);
     char *o = (char *)a->out + out_offset(a, t, h, elem);
     const int64_t at = h * a->num_tokens + t;
     const float lse[2] = {a->prefix_lse[at], a->suffix_lse[at]};
-    float merged = 0.0f;
-    for (int64_t e = 0; e < a->head_dim; e += MLA_MERGE_CHUNK) {
-        int64_t n = a->head_dim - e < MLA_MERGE_CHUNK ? a->head_dim - e : MLA_MERGE_CHUNK;
-        merged = mla_attn_merge_pair(k, sum, n, mla_widen_piece(k, p, a->dtype, e, n, in[0]),
-                                     mla_widen_piece(k, s, a->dtype, e, n, in[1]), lse);
-        const void *piece = sum;
-        if (a->dtype != MLA_DTYPE_F32) {
-            mla_convert_run(k, half, a->dtype, sum, MLA_DTYPE_F32, n, 1.0f);
-            piece = half;
-        }
-        k->copy_stream(o + e * elem, piece, n * elem);
-    }
+    float w[2];
+    const float merged = mla_attn_merge_weights(lse, w);
+    if (merged == -INFINITY) /* both sides empty: 0, whatever they hold */
+        memset(o, 0, (size_t)(a->head_dim * elem));
+    else
+        k->merge_pair(o, p, s, a->dtype, w[0], w[1], a->head_dim);
     if (a->out_lse)
         a->out_lse[at] = merged;
+}
+
+/* Both inputs of row r (token-major) asked for ahead of their merge. */
+static void prefetch_inputs(const mla_merge_attn_args *a, int64_t r, int64_t elem)
+{
+    const int64_t t = r / a->num_heads, h = r % a->num_heads;
+    const char *p = (const char *)a->prefix + in_offset(a, t, h, elem);
+    const char *s = (const char *)a->suffix + in_offset(a, t, h, elem);
+    for (int64_t at = 0; at < a->head_dim * elem; at += 64) {
+        __builtin_prefetch(p + at, 0, 3);
+        __builtin_prefetch(s + at, 0, 3);
+    }
 }
 
 void mla_merge_run(const mla_kernels *k, const mla_merge_attn_args *a, int64_t with_context,
@@ -74,6 +78,8 @@ void mla_merge_run(const mla_kernels *k, const mla_merge_attn_args *a, int64_t w
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             int64_t t = r / heads, h = r % heads;
+            if (r + MLA_MERGE_PREFETCH_ROWS < rows)
+                prefetch_inputs(a, r + MLA_MERGE_PREFETCH_ROWS, elem);
             if (t < with_context)
                 merge_row(k, a, t, h, elem);
             else

@@ -3,6 +3,8 @@
  * quiet NaNs under Linux's default FPCR. Tails go to ref. */
 #include "kernels/kernels.h"
 
+#include "util.h"
+
 #include <arm_neon.h>
 
 void mla_cvt_bf16_f32__neon(const uint16_t *src, float *dst, int64_t n)
@@ -16,23 +18,11 @@ void mla_cvt_bf16_f32__neon(const uint16_t *src, float *dst, int64_t n)
     mla_cvt_bf16_f32__ref(src + i, dst + i, n - i);
 }
 
-/* 4 floats -> 4 bf16 codes. */
-static inline uint16x4_t round_to_bf16(float32x4_t f)
-{
-    const uint32x4_t x = vreinterpretq_u32_f32(f);
-    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(1));
-    const uint32x4_t bias = vaddq_u32(vdupq_n_u32(0x7fff), lsb);
-    const uint16x4_t rounded = vshrn_n_u32(vaddq_u32(x, bias), 16);
-    const uint16x4_t quiet_nan = vorr_u16(vshrn_n_u32(x, 16), vdup_n_u16(0x40));
-    const uint16x4_t is_num = vmovn_u32(vceqq_f32(f, f));
-    return vbsl_u16(is_num, rounded, quiet_nan);
-}
-
 void mla_cvt_f32_bf16__neon(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
-        vst1_u16(dst + i, round_to_bf16(vld1q_f32(src + i)));
+        vst1_u16(dst + i, mla_round_bf16_u16x4(vld1q_f32(src + i)));
     mla_cvt_f32_bf16__ref(src + i, dst + i, n - i);
 }
 
