@@ -66,6 +66,13 @@ static ALWAYS_INLINE __m512 load_b(const void *row, int v, bool last, __mmask16 
 static ALWAYS_INLINE void tile(const tile_args *t, int rows, int nv, bool bf16)
 {
     __m512 acc[ACC]; /* row r, vector v at r * nv + v */
+    /* C's lines, asked for now so that they arrive during the k loop: the
+     * up-projection's C rows lie 8-16 KB apart in a 32 MB output, and its
+     * tiles stalled on them at their final stores (+5-7% with this). */
+    if (!t->resume && !t->c_scale)
+        for (int r = 0; r < rows; r++)
+            for (int v = 0; v < nv; v++)
+                _mm_prefetch((const char *)(t->c + r * t->ldc + v * 16), _MM_HINT_T0);
     for (int r = 0; r < rows; r++) {
         for (int v = 0; v < nv; v++) {
             __mmask16 mask = v == nv - 1 ? t->mask : (__mmask16)0xffff;
@@ -81,6 +88,10 @@ static ALWAYS_INLINE void tile(const tile_args *t, int rows, int nv, bool bf16)
     const float *a = t->a;
     const char *b = t->b;
     const int64_t rs_a = t->rs_a, cs_a = t->cs_a, ldb_bytes = t->ldb * (bf16 ? 2 : 4);
+    /* 4 steps an iteration: the 8 x 3 tile with operands in L1 went from
+     * 85% to 89% of the FMA probe on Sapphire Rapids (less loop overhead
+     * beside its 24 FMAs) */
+#pragma GCC unroll 4
     for (int64_t p = 0; p < t->kc; p++) {
         __m512 bv[NV];
         for (int v = 0; v < nv; v++)

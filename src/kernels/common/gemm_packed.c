@@ -17,8 +17,9 @@ enum {
     MR = MLA_PACKED_GEMM_MR,
 };
 
-/* Elements widened per piece on the stack while packing. */
-enum { PIECE = 256 };
+/* Elements widened per piece on the stack while packing; f32 rows
+ * transposed per call. */
+enum { PIECE = 256, TRANSPOSE_ROWS = 64 };
 
 /* Floats of a region, rounded up to whole MLA_ALIGN lines. */
 static int64_t aligned_floats(int64_t floats)
@@ -94,11 +95,23 @@ static void scatter_pairs(const uint16_t *row, int64_t k, uint16_t *dst, int64_t
 
 /* `rows` rows of k elements (ld apart, dtype) into a [k][rows] block column
  * by column: f32, X(i, p) at blk[p * rows + i]; bf16 pairs, at
- * blk16[2 * (i + (p/2) * rows) + p%2]. A row block of A, or a strip of W. */
+ * blk16[2 * (i + (p/2) * rows) + p%2]. A row block of A, or a strip of W.
+ * f32 rows go through the transpose_u32 kernel, PIECE rows a call (a
+ * strided store per element made packing W a fifth of a 16-thread GEMM). */
 static void pack_rows(const mla_kernels *kern, const void *src, mla_dtype dtype, int64_t ld,
                       int64_t rows, int64_t k, bool dot, void *blk)
 {
     const int64_t size = mla_dtype_size(dtype);
+    if (!dot && dtype == MLA_DTYPE_F32) {
+        const void *row[TRANSPOSE_ROWS];
+        for (int64_t i0 = 0; i0 < rows; i0 += TRANSPOSE_ROWS) {
+            int64_t m = rows - i0 < TRANSPOSE_ROWS ? rows - i0 : TRANSPOSE_ROWS;
+            for (int64_t i = 0; i < m; i++)
+                row[i] = (const float *)src + (i0 + i) * ld;
+            kern->transpose_u32((uint32_t *)blk + i0, rows, row, m, k);
+        }
+        return;
+    }
     for (int64_t i = 0; i < rows; i++) {
         const char *row = (const char *)src + i * ld * size;
         if (dot)
