@@ -267,21 +267,24 @@ int64_t mla_gemm_packed_strip(const mla_kernels *kern, bool dot)
     return dot && kern->gemm_bf16tile ? MLA_PACKED_GEMM_NC : MLA_PACKED_GEMM_NR;
 }
 
-/* Packs A's micro-panels and, unless packed ahead, W's segments (a static
- * share each), then runs tiles [first, last) of the (row block, segment)
- * grid, segments inner. */
+/* Packs W's segments, unless packed ahead, and A's micro-panels, then runs
+ * tiles [first, last) of the (row block, segment) grid, segments inner. */
 static void run_thread(const packed *pk, int64_t blocks, float *c_tile)
 {
     const mla_packed_gemm *g = pk->g;
     const int64_t panels = mla_ceil_div(g->m, MR), segments = g->w_packed ? 0 : g->segments;
     mla_gemm_segment s;
-#pragma omp for schedule(static)
-    for (int64_t q = 0; q < panels + segments; q++) {
-        if (q < panels) {
-            pack_a_panel(pk, q);
-        } else {
-            g->segment(g->ctx, q - panels, &s);
+    /* W's segments (each as large as 16 of A's 8-row panels at the kv_b_proj
+     * shapes) handed out first, one at a time: a static split gave all of W
+     * to the last two of 16 threads while the others waited at the barrier.
+     * Where each piece is packed does not change its bytes. */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t q = 0; q < segments + panels; q++) {
+        if (q < segments) {
+            g->segment(g->ctx, q, &s);
             pack_segment(pk, &s);
+        } else {
+            pack_a_panel(pk, q - segments);
         }
     }
     /* the loop's barrier: both operands are whole */
