@@ -395,17 +395,6 @@ static void test_transpose(void **state)
 
 /* ---- P as the bf16 GEMMs' A operand (transpose_pairs_bf16) ------------------------ */
 
-/* The contract's rounding, restated: nearest even on the bits, denormals
- * kept, NaNs quieted. */
-static uint16_t bf16_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if (f != f)
-        return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 /* Random bits, with ties, denormals, infinities, NaNs and -0 among them. */
 static float awkward_float(void)
 {
@@ -447,9 +436,9 @@ static void transpose_pairs_on(const mla_backend_desc *b, void *ctx)
                 int64_t r = i / ld - 1, p = i % ld;
                 uint32_t want = GUARD;
                 if (r >= 0 && r < m && p < pairs) {
-                    want = bf16_of(src[1 + 2 * p * lds + r]);
+                    want = oracle_narrow16(&ORACLE_BF16, src[1 + 2 * p * lds + r]);
                     if (2 * p + 1 < n)
-                        want |= (uint32_t)bf16_of(src[1 + (2 * p + 1) * lds + r]) << 16;
+                        want |= (uint32_t)oracle_narrow16(&ORACLE_BF16, src[1 + (2 * p + 1) * lds + r]) << 16;
                 }
                 if (dst[i] != want)
                     fail_msg("%s transpose_pairs_bf16 m=%lld n=%lld: pair %lld of row %lld = 0x%08x, want 0x%08x",

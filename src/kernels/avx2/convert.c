@@ -9,10 +9,8 @@
 void mla_cvt_bf16_f32__avx2(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(h, 16));
-    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, mla_widen_bf16_ps8(_mm_loadu_si128((const __m128i *)(src + i))));
     mla_cvt_bf16_f32__ref(src + i, dst + i, n - i);
 }
 

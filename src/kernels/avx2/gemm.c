@@ -56,7 +56,7 @@ static ALWAYS_INLINE __m256 load_b(const void *row, int v, bool bf16)
 {
     if (bf16) {
         __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + v * 8));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        return mla_widen_bf16_ps8(h);
     }
     return _mm256_loadu_ps((const float *)row + v * 8);
 }

@@ -20,7 +20,7 @@ static ALWAYS_INLINE __m256 load_as_f32(const void *row, mla_dtype dtype, int64_
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
     if (dtype == MLA_DTYPE_F16)
         return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return mla_widen_bf16_ps8(h);
 }
 
 /* (0 + w0 * prefix) + w1 * suffix, 8 elements from element i. */

@@ -12,6 +12,12 @@ static inline __m256i mla_first_lanes8(int64_t count)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* 8 bf16 codes widened to f32, exactly (each code's bits << 16). */
+static inline __m256 mla_widen_bf16_ps8(__m128i h)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 /* 8 floats rounded to bf16 (nearest even, denormals kept, NaNs quieted),
  * each code in the low half of its 32-bit lane with the high half 0: the
  * rounding of mla_cvt_f32_bf16__ref. */

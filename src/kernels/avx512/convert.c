@@ -9,8 +9,7 @@ void mla_cvt_bf16_f32__avx512(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = mla_tail_mask16(n - i);
-        __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
-        _mm512_mask_storeu_epi32(dst + i, m, _mm512_slli_epi32(h, 16));
+        _mm512_mask_storeu_ps(dst + i, m, mla_widen_bf16_ps(_mm256_maskz_loadu_epi16(m, src + i)));
     }
 }
 

@@ -55,7 +55,7 @@ static ALWAYS_INLINE __m512 load_b(const void *row, int v, bool last, __mmask16 
     if (bf16) {
         const uint16_t *h = (const uint16_t *)row + v * 16;
         __m256i x = last ? _mm256_maskz_loadu_epi16(mask, h) : _mm256_loadu_si256((const __m256i *)h);
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+        return mla_widen_bf16_ps(x);
     }
     const float *f = (const float *)row + v * 16;
     return last ? _mm512_maskz_loadu_ps(mask, f) : _mm512_loadu_ps(f);

@@ -19,7 +19,7 @@ static ALWAYS_INLINE __m512 load_as_f32(const void *row, mla_dtype dtype, int64_
     __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
     if (dtype == MLA_DTYPE_F16)
         return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return mla_widen_bf16_ps(h);
 }
 
 /* (0 + w0 * prefix) + w1 * suffix, 16 elements from element i. */

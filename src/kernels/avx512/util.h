@@ -11,6 +11,12 @@ static inline __mmask16 mla_tail_mask16(int64_t left)
     return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
+/* 16 bf16 codes widened to f32, exactly (each code's bits << 16). */
+static inline __m512 mla_widen_bf16_ps(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* f32 lanes rounded to bf16 (nearest even, denormals kept, NaNs quieted),
  * each in the low half of its 32-bit lane with the high half 0: the
  * rounding of mla_cvt_f32_bf16__ref, in integer operations. */

@@ -12,8 +12,8 @@ void mla_cvt_bf16_f32__neon(const uint16_t *src, float *dst, int64_t n)
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint16x8_t h = vld1q_u16(src + i);
-        vst1q_f32(dst + i, vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)));
-        vst1q_f32(dst + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
+        vst1q_f32(dst + i, mla_widen_bf16_f32x4(vget_low_u16(h)));
+        vst1q_f32(dst + i + 4, mla_widen_bf16_f32x4(vget_high_u16(h)));
     }
     mla_cvt_bf16_f32__ref(src + i, dst + i, n - i);
 }

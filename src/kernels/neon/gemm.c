@@ -18,6 +18,7 @@
  * one-vector tiles, and the last n % 4 columns go to ref. */
 #include "kernels/kernels.h"
 #include "row_tiles.h"
+#include "util.h"
 
 #include <arm_neon.h>
 #include <stdbool.h>
@@ -42,7 +43,7 @@ typedef struct {
 static ALWAYS_INLINE float32x4_t load_b(const void *b, bool bf16, int64_t off)
 {
     if (bf16)
-        return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)b + off), 16));
+        return mla_widen_bf16_f32x4(vld1_u16((const uint16_t *)b + off));
     return vld1q_f32((const float *)b + off);
 }
 

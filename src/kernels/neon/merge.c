@@ -16,7 +16,7 @@ static ALWAYS_INLINE float32x4_t load_as_f32(const void *row, mla_dtype dtype, i
     uint16x4_t h = vld1_u16((const uint16_t *)row + i);
     if (dtype == MLA_DTYPE_F16)
         return vcvt_f32_f16(vreinterpret_f16_u16(h));
-    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+    return mla_widen_bf16_f32x4(h);
 }
 
 static ALWAYS_INLINE void store_from_f32(void *row, mla_dtype dtype, int64_t i, float32x4_t y)

@@ -4,6 +4,12 @@
 
 #include <arm_neon.h>
 
+/* 4 bf16 codes widened to f32, exactly (each code's bits << 16). */
+static inline float32x4_t mla_widen_bf16_f32x4(uint16x4_t h)
+{
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
 /* 4 floats rounded to bf16 codes (nearest even, denormals kept, NaNs
  * quieted): the rounding of mla_cvt_f32_bf16__ref. */
 static inline uint16x4_t mla_round_bf16_u16x4(float32x4_t f)
