@@ -96,7 +96,7 @@ static void scatter_pairs(const uint16_t *row, int64_t k, uint16_t *dst, int64_t
 /* `rows` rows of k elements (ld apart, dtype) into a [k][rows] block column
  * by column: f32, X(i, p) at blk[p * rows + i]; bf16 pairs, at
  * blk16[2 * (i + (p/2) * rows) + p%2]. A row block of A, or a strip of W.
- * f32 rows go through the transpose_u32 kernel, PIECE rows a call (a
+ * f32 rows go through the transpose_u32 kernel, TRANSPOSE_ROWS rows a call (a
  * strided store per element made packing W a fifth of a 16-thread GEMM). */
 static void pack_rows(const mla_kernels *kern, const void *src, mla_dtype dtype, int64_t ld,
                       int64_t rows, int64_t k, bool dot, void *blk)
