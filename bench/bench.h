@@ -17,6 +17,11 @@
 #include <stdint.h>
 
 #define MAX_REPS 1000
+/* A kernel loop keeps the time of each of its first MAX_SAMPLES reps, then a
+ * uniform sample of that many (reservoir sampling) for the median; min, max
+ * and stddev count every rep. Long --seconds loops stay at 512 KiB. */
+#define MAX_SAMPLES 65536
+#define MAX_SECONDS 3600.0
 
 typedef struct options {
     const char *backend; /* NULL: every backend that can run here (decode: the selected one) */
@@ -35,14 +40,27 @@ typedef struct options {
     int64_t qk_dim, v_dim;                 /* attn: Dqk and Dv (rope_dim of Dqk is k_pe) */
     bool causal, whole_k;                  /* attn: mask; k whole, not k_nope + k_pe */
     bool json;
+    bool no_probe;     /* ceilings timed in a phase of their own, not rep by rep */
+    double seconds;    /* > 0: each kernel loop runs for about this long, not --reps times */
+    bool cold;         /* decode, prefill, attn: inputs rotated through copies past the LLC */
+    int64_t llc_bytes; /* --llc-mib; 0: detected (llc_bytes()) */
+    const char *command;
 } options;
 
-/* One line of output. n and copy_gbps are 0 where they do not apply. */
+/* The times of a loop's reps, in seconds (reps: how many were timed). */
+typedef struct stats {
+    double median, min, max, stddev;
+    int64_t reps;
+} stats;
+
+/* One line of output. n and copy_gbps are 0 where they do not apply; probe
+ * (probe_mode()) is NULL for the ceilings themselves and ops without one. */
 typedef struct row {
-    const char *op, *backend;
+    const char *op, *backend, *probe;
     int threads;
     int64_t n;
-    double median_us, gflops, gbps, peak_gflops, copy_gbps;
+    stats time;
+    double gflops, gbps, peak_gflops, copy_gbps;
 } row;
 
 /* What a command covers, with the FMA peak of every (backend, threads) pair. */
@@ -71,16 +89,66 @@ void shuffle(int64_t *perm, int64_t n, uint32_t *rng);
 
 /* One run of the code being timed; false (after printing why) if it failed. */
 typedef bool (*run_fn)(void *ctx);
-/* Median wall time of `reps` runs after one untimed run. */
-bool time_region(run_fn run, void *ctx, int reps, double *median_s);
-/* Median times of `run` and of `copy`, timed alternately rep by rep. */
-bool time_interleaved(run_fn run, void *ctx, run_fn copy, void *copy_ctx, int reps,
-                      double *median_s, double *copy_median_s);
+/* Wall times of `reps` runs after one untimed run; with seconds > 0, of as
+ * many runs as fit in about `seconds` (at least one) instead. */
+bool time_region(run_fn run, void *ctx, int reps, double seconds, stats *t);
+/* Times of `run` and of `ref`, timed alternately rep by rep (seconds: as in
+ * time_region, counting both). */
+bool time_interleaved(run_fn run, void *ctx, run_fn ref, void *ref_ctx, int reps, double seconds,
+                      stats *t, stats *ref_t);
+/* The kernel `run` and the ceiling `ref` it is reported against: timed
+ * alternately rep by rep, or with --no-probe `ref` first (--reps times) and
+ * then `run` alone, so a profile of the kernel loop holds the kernel only. */
+bool time_beside(const options *o, run_fn run, void *ctx, run_fn ref, void *ref_ctx, stats *t,
+                 stats *ref_t);
+/* How a row's ceiling was timed: "interleaved" (rep by rep with the
+ * kernel) or "separate" (--no-probe: in a phase of its own). */
+const char *probe_mode(const options *o);
+/* Every time of s multiplied by `by` (reps unchanged). */
+stats scale_stats(stats s, double by);
 
 /* ---- output ---- */
 
+/* The run's metadata (bench_meta.c), once, before any row: with --json the
+ * object {"op":"meta",...}, else lines starting with '#'. */
+void print_run_meta(const options *o, int argc, char **argv);
 void print_header(bool json);
 void print_row(const row *r, bool json);
+/* ,"<prefix>min_us":..,"<prefix>max_us":..,"<prefix>stddev_us":..,"<prefix>reps":..
+ * (the median goes under each command's own key). */
+void print_stats_json(const char *prefix, const stats *t);
+/* The table's compact spread: min and max as % of the median ("-1.2/+8.4")
+ * and the stddev as % of the median. */
+void format_spread(const stats *t, char *range, size_t range_size, char *sd, size_t sd_size);
+
+/* ---- --cold: inputs rotated through copies that exceed the last-level cache ---- */
+
+#define COLD_MAX_INPUTS 4
+
+/* Copy k holds every input of a call, each 64-byte aligned; rep k reads copy
+ * k % count, so the copies together (twice the LLC) leave none of a rep's
+ * inputs in cache from an earlier one, as a 61-layer server's caches are
+ * never found in L3. count <= 1: no copies (not --cold, or the inputs alone
+ * exceed twice the LLC), the inputs are used in place. */
+typedef struct cold_inputs {
+    char *copies;
+    size_t offset[COLD_MAX_INPUTS], stride;
+    int64_t count, next;
+} cold_inputs;
+
+/* The last-level cache: --llc-mib, else sysconf(_SC_LEVEL3_CACHE_SIZE), else
+ * /sys/devices/system/cpu/cpu0/cache/index3/size, else 64 MiB. */
+int64_t llc_bytes(const options *o);
+/* Without --cold c->count = 0 and nothing is copied; with it, count copies of
+ * the n inputs src[i] of bytes[i] each, written by `threads` threads. */
+bool cold_inputs_make(cold_inputs *c, const options *o, const void *const *src,
+                      const size_t *bytes, int n, int threads);
+/* Moves to the next copy (once per rep, before the call); false where there
+ * are no copies and the inputs stay in place. */
+bool cold_advance(cold_inputs *c);
+/* Input i in the current copy. */
+void *cold_input(const cold_inputs *c, int i);
+void cold_inputs_free(cold_inputs *c);
 
 /* ---- FMA and AMX peaks ---- */
 
@@ -96,7 +164,7 @@ typedef struct probe_run {
 int64_t calibrate_probe(bench_fma_probe_fn *probe);
 /* A run_fn: every thread of the team probes at once. */
 bool run_probe(void *ctx);
-/* The AMX-BF16 probe on `threads` threads at once (median of `reps`), as op
+/* The AMX-BF16 probe on `threads` threads at once (`reps` runs), as op
  * peak_amx_bf16; gflops is 0 where AMX is unavailable (always off x86-64). */
 row measure_amx_peak(int threads, int reps);
 

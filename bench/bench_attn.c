@@ -6,7 +6,9 @@
  * k_pe 64, as prefill has it; --whole-k gives k whole instead), causal
  * unless --no-causal. Each backend of the plan at each thread count, timed
  * alternately rep by rep with its FMA probe on as many threads, so %peak
- * compares moments with the same neighbours and clocks.
+ * compares moments with the same neighbours and clocks (--no-probe: the
+ * probe just before). --cold rotates q, k, k_pe and v through copies larger
+ * than the last-level cache.
  */
 #include "bench.h"
 
@@ -29,6 +31,7 @@ typedef struct attn_bench {
     float *lse;     /* [H, T]: with context prefill wants it     */
     void *workspace;
     int64_t workspace_bytes;
+    cold_inputs cold; /* --cold: copies of q, k, k_pe, v */
     int threads;    /* of the next run */
 } attn_bench;
 
@@ -94,6 +97,12 @@ static bool attn_bench_init(attn_bench *ab, const options *o, mla_dtype dtype, i
         .k_pe = R > 0 ? ab->k_pe : NULL, .k_pe_token_stride = R,
         .v = ab->v, .v_token_stride = H * Dv, .v_head_stride = Dv,
         .out = ab->out, .out_token_stride = H * Dv, .out_head_stride = Dv, .lse = ab->lse};
+    const void *inputs[] = {ab->q, ab->k, ab->k_pe, ab->v};
+    const size_t size = (size_t)mla_dtype_size(dtype);
+    const size_t input_bytes[] = {(size_t)(T * H * Dqk) * size, (size_t)(T * H * nope) * size,
+                                  (size_t)(T * R) * size, (size_t)(T * H * Dv) * size};
+    if (!cold_inputs_make(&ab->cold, o, inputs, input_bytes, 4, p->threads[p->nthreads - 1]))
+        return false;
     for (int t = 0; t < p->nthreads; t++) {
         int64_t bytes;
         if (!check(mla_flash_attn_varlen_workspace_size(&ab->args, p->threads[t], &bytes),
@@ -116,11 +125,18 @@ static void attn_bench_free(attn_bench *ab)
     free(ab->out);
     free(ab->lse);
     free(ab->workspace);
+    cold_inputs_free(&ab->cold);
 }
 
 static bool run_attn(void *ctx)
 {
-    const attn_bench *ab = ctx;
+    attn_bench *ab = ctx;
+    if (cold_advance(&ab->cold)) {
+        ab->args.q = cold_input(&ab->cold, 0);
+        ab->args.k = cold_input(&ab->cold, 1);
+        ab->args.k_pe = ab->args.rope_dim > 0 ? cold_input(&ab->cold, 2) : NULL;
+        ab->args.v = cold_input(&ab->cold, 3);
+    }
     return check(mla_flash_attn_varlen(&ab->args, ab->workspace, ab->workspace_bytes,
                                        ab->threads),
                  "mla_flash_attn_varlen");
@@ -138,16 +154,17 @@ static double attn_pairs(int64_t batch, int64_t tokens, bool causal)
 static void print_attn_header(bool json)
 {
     if (!json)
-        printf("%-5s %-12s %-8s %7s %5s %6s %5s %7s %-6s %-4s %11s %9s %9s %6s %9s %6s\n", "op",
-               "backend", "route", "threads", "batch", "tokens", "heads", "dims", "mask", "dt",
-               "median_us", "GFLOP/s", "peak", "%peak", "amx_peak", "%amx");
+        printf("%-5s %-12s %-8s %7s %5s %6s %5s %7s %-6s %-4s %11s %11s %5s %9s %9s %6s %9s %6s\n",
+               "op", "backend", "route", "threads", "batch", "tokens", "heads", "dims", "mask",
+               "dt", "median_us", "min/max%", "sd%", "GFLOP/s", "peak", "%peak", "amx_peak", "%amx");
 }
 
 /* peak: the FMA probe's; amx_peak: the AMX-BF16 probe's on the AMX route,
  * else 0. */
 static void print_attn_row(const options *o, const attn_bench *ab, const char *backend,
-                           int threads, double seconds, double flops, double peak, double amx_peak)
+                           int threads, const stats *t, double flops, double peak, double amx_peak)
 {
+    const double seconds = t->median;
     const mla_flash_attn_args *a = &ab->args;
     mla_config cfg = attn_config(a);
     const char *route = mla_backend_route(backend, &cfg);
@@ -157,22 +174,28 @@ static void print_attn_row(const options *o, const attn_bench *ab, const char *b
     if (o->json) {
         printf("{\"op\":\"attn\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d,"
                "\"batch\":%lld,\"tokens\":%lld,\"heads\":%lld,\"qk_dim\":%lld,\"v_dim\":%lld,"
-               "\"rope_dim\":%lld,\"causal\":%s,\"dtype\":\"%s\",\"median_us\":%.3f,"
-               "\"gflops\":%.3f,\"peak_gflops\":%.3f,\"pct_peak\":%.2f,"
-               "\"amx_peak_gflops\":%.3f,\"pct_amx_peak\":%.2f}\n",
+               "\"rope_dim\":%lld,\"causal\":%s,\"dtype\":\"%s\",\"median_us\":%.3f",
                backend, route ? route : "?", threads, (long long)a->num_seqs, (long long)tokens,
                (long long)a->num_heads, (long long)a->qk_dim, (long long)a->v_dim,
                (long long)a->rope_dim, a->causal ? "true" : "false", mla_dtype_name(a->dtype),
-               seconds * 1e6, gflops, peak, pct_peak, amx_peak, pct_amx);
+               seconds * 1e6);
+        print_stats_json("", t);
+        printf(",\"gflops\":%.3f,\"peak_gflops\":%.3f,\"pct_peak\":%.2f,"
+               "\"amx_peak_gflops\":%.3f,\"pct_amx_peak\":%.2f,\"probe\":\"%s\","
+               "\"cold_copies\":%lld}\n",
+               gflops, peak, pct_peak, amx_peak, pct_amx, probe_mode(o),
+               (long long)ab->cold.count);
         return;
     }
-    char dims[32];
+    char dims[32], range[32], sd[16];
     snprintf(dims, sizeof dims, "%lld/%lld", (long long)a->qk_dim, (long long)a->v_dim);
-    printf("%-5s %-12s %-8s %7d %5lld %6lld %5lld %7s %-6s %-4s %11.1f %9.2f %9.2f %6.1f %9.2f "
-           "%6.1f\n",
+    format_spread(t, range, sizeof range, sd, sizeof sd);
+    printf("%-5s %-12s %-8s %7d %5lld %6lld %5lld %7s %-6s %-4s %11.1f %11s %5s %9.2f %9.2f %6.1f "
+           "%9.2f %6.1f\n",
            "attn", backend, route ? route : "?", threads, (long long)a->num_seqs,
            (long long)tokens, (long long)a->num_heads, dims, a->causal ? "causal" : "full",
-           mla_dtype_name(a->dtype), seconds * 1e6, gflops, peak, pct_peak, amx_peak, pct_amx);
+           mla_dtype_name(a->dtype), seconds * 1e6, range, sd, gflops, peak, pct_peak, amx_peak,
+           pct_amx);
 }
 
 /* ---- command --------------------------------------------------------------------------- */
@@ -188,14 +211,14 @@ static bool time_attn(const options *o, const plan *p, const mla_backend_desc *b
     const char *route = mla_backend_route(b->name, &cfg);
     const bool amx = route && strcmp(route, "amx-bf16") == 0;
     for (int t = 0; t < p->nthreads; t++) {
-        double seconds, probe_s;
+        stats time, probe_time;
         ab->threads = probe.threads = p->threads[t];
-        if (!time_interleaved(run_attn, ab, run_probe, &probe, o->reps, &seconds, &probe_s) ||
+        if (!time_beside(o, run_attn, ab, run_probe, &probe, &time, &probe_time) ||
             !ran_on(b, "attn"))
             return false;
         double amx_peak = amx ? measure_amx_peak(p->threads[t], o->reps).gflops : 0;
-        print_attn_row(o, ab, b->name, p->threads[t], seconds, flops,
-                       giga_per_s(probe.flops, probe_s), amx_peak);
+        print_attn_row(o, ab, b->name, p->threads[t], &time, flops,
+                       giga_per_s(probe.flops, probe_time.median), amx_peak);
     }
     return true;
 }

@@ -1,6 +1,6 @@
 /*
  * mla_bench cache-write and cache-gather: the paged-cache ops, each timed
- * alternately with a memcpy of the same traffic.
+ * alternately with a memcpy of the same traffic (--no-probe: the memcpy first).
  */
 #include "bench.h"
 
@@ -150,17 +150,17 @@ static int run_cache_cases(const options *o, const plan *p, const cache_case *ca
                 first_touch(copy_dst, traffic / 2, p->threads[t]);
                 copy_run copy = {copy_dst, copy_src, traffic / 2, p->threads[t]};
                 for (int b = 0; ok && b < p->nbackends; b++) {
-                    double s, copy_s;
+                    stats s, copy_s;
                     ok = force_backend(MLA_OP_CONVERT, p->backends[b]->name) &&
-                         time_interleaved(run_cache, &cb, run_copy, &copy, o->reps, &s, &copy_s) &&
+                         time_beside(o, run_cache, &cb, run_copy, &copy, &s, &copy_s) &&
                          ran_on(p->backends[b], op);
                     if (!ok)
                         break;
-                    row r = {.op = op, .backend = p->backends[b]->name, .threads = p->threads[t],
-                             .n = o->tokens, .median_us = s * 1e6,
-                             .gbps = giga_per_s((double)traffic, s),
+                    row r = {.op = op, .backend = p->backends[b]->name, .probe = probe_mode(o),
+                             .threads = p->threads[t], .n = o->tokens, .time = s,
+                             .gbps = giga_per_s((double)traffic, s.median),
                              .peak_gflops = p->peaks[b * p->nthreads + t].gflops,
-                             .copy_gbps = giga_per_s((double)traffic, copy_s)};
+                             .copy_gbps = giga_per_s((double)traffic, copy_s.median)};
                     print_row(&r, o->json);
                 }
                 cache_bench_free(&cb);

@@ -7,10 +7,12 @@
  */
 #include "bench.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One probe run: long enough to hide fork/join and timer resolution, short
  * enough for reps x backends x thread counts to finish in seconds. */
@@ -32,19 +34,6 @@ void *alloc(size_t bytes)
     if (!p)
         fprintf(stderr, "mla_bench: out of memory allocating %zu bytes\n", bytes);
     return p;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v. The median resists outliers (interrupts, other processes). */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 double giga_per_s(double units, double seconds)
@@ -74,52 +63,151 @@ void shuffle(int64_t *perm, int64_t n, uint32_t *rng)
 
 /* ---- timing ------------------------------------------------------------------ */
 
+/* The reps of one loop: every one counted in min, max, mean and the sum of
+ * squared deviations (Welford), the first MAX_SAMPLES kept for the median
+ * and later ones replacing a kept one at random (reservoir sampling), so the
+ * kept ones stay a uniform sample of all. */
+typedef struct samples {
+    double *kept;
+    int64_t n;
+    double min, max, mean, m2;
+    uint32_t rng;
+} samples;
+
+static bool samples_init(samples *s)
+{
+    *s = (samples){.kept = alloc(MAX_SAMPLES * sizeof *s->kept), .rng = 2463534242u};
+    return s->kept != NULL;
+}
+
+static void samples_add(samples *s, double t)
+{
+    if (s->n < MAX_SAMPLES) {
+        s->kept[s->n] = t;
+    } else {
+        uint64_t r = (uint64_t)xorshift32(&s->rng) << 32 | xorshift32(&s->rng);
+        uint64_t j = r % (uint64_t)(s->n + 1);
+        if (j < MAX_SAMPLES)
+            s->kept[j] = t;
+    }
+    s->n++;
+    s->min = s->n == 1 || t < s->min ? t : s->min;
+    s->max = s->n == 1 || t > s->max ? t : s->max;
+    double d = t - s->mean;
+    s->mean += d / (double)s->n;
+    s->m2 += d * (t - s->mean);
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median resists outliers (interrupts, other processes); the stddev is
+ * the sample's (n - 1), 0 for one rep. Frees the kept times. */
+static stats samples_done(samples *s)
+{
+    int64_t k = s->n < MAX_SAMPLES ? s->n : MAX_SAMPLES;
+    qsort(s->kept, (size_t)k, sizeof *s->kept, compare_doubles);
+    double median = k == 0 ? 0 : k % 2 ? s->kept[k / 2] : (s->kept[k / 2 - 1] + s->kept[k / 2]) / 2;
+    stats t = {.median = median, .min = s->min, .max = s->max,
+               .stddev = s->n > 1 ? sqrt(s->m2 / (double)(s->n - 1)) : 0, .reps = s->n};
+    free(s->kept);
+    return t;
+}
+
+/* Whether a loop that began at `start` and has timed `done` reps goes on. */
+static bool more_reps(int64_t done, int reps, double seconds, double start)
+{
+    return seconds > 0 ? done == 0 || omp_get_wtime() - start < seconds : done < reps;
+}
+
 /* An untimed first run takes page faults, lazy initialization and clock
  * ramp-up out of the numbers. */
-bool time_region(run_fn run, void *ctx, int reps, double *median_s)
+bool time_region(run_fn run, void *ctx, int reps, double seconds, stats *t)
 {
-    double t[MAX_REPS];
-    if (!run(ctx))
+    samples s;
+    if (!samples_init(&s))
         return false;
-    for (int i = 0; i < reps; i++) {
+    bool ok = run(ctx);
+    double loop_start = omp_get_wtime();
+    while (ok && more_reps(s.n, reps, seconds, loop_start)) {
         double start = omp_get_wtime();
-        if (!run(ctx))
-            return false;
-        t[i] = omp_get_wtime() - start;
+        ok = run(ctx);
+        samples_add(&s, omp_get_wtime() - start);
     }
-    *median_s = median(t, reps);
-    return true;
+    *t = samples_done(&s);
+    return ok;
 }
 
 /* Alternating rep by rep means a noisy machine's slow spells hit both alike. */
-bool time_interleaved(run_fn run, void *ctx, run_fn copy, void *copy_ctx, int reps,
-                      double *median_s, double *copy_median_s)
+bool time_interleaved(run_fn run, void *ctx, run_fn ref, void *ref_ctx, int reps, double seconds,
+                      stats *t, stats *ref_t)
 {
-    double t[MAX_REPS], c[MAX_REPS];
-    if (!run(ctx) || !copy(copy_ctx))
+    samples s, r;
+    if (!samples_init(&s))
         return false;
-    for (int i = 0; i < reps; i++) {
-        double start = omp_get_wtime();
-        if (!copy(copy_ctx))
-            return false;
-        double mid = omp_get_wtime();
-        if (!run(ctx))
-            return false;
-        t[i] = omp_get_wtime() - mid;
-        c[i] = mid - start;
+    if (!samples_init(&r)) {
+        free(s.kept);
+        return false;
     }
-    *median_s = median(t, reps);
-    *copy_median_s = median(c, reps);
-    return true;
+    bool ok = run(ctx) && ref(ref_ctx);
+    double loop_start = omp_get_wtime();
+    while (ok && more_reps(s.n, reps, seconds, loop_start)) {
+        double start = omp_get_wtime();
+        ok = ref(ref_ctx);
+        double mid = omp_get_wtime();
+        ok = ok && run(ctx);
+        samples_add(&s, omp_get_wtime() - mid);
+        samples_add(&r, mid - start);
+    }
+    *t = samples_done(&s);
+    *ref_t = samples_done(&r);
+    return ok;
+}
+
+bool time_beside(const options *o, run_fn run, void *ctx, run_fn ref, void *ref_ctx, stats *t,
+                 stats *ref_t)
+{
+    if (o->no_probe)
+        return time_region(ref, ref_ctx, o->reps, 0, ref_t) &&
+               time_region(run, ctx, o->reps, o->seconds, t);
+    return time_interleaved(run, ctx, ref, ref_ctx, o->reps, o->seconds, t, ref_t);
+}
+
+const char *probe_mode(const options *o)
+{
+    return o->no_probe ? "separate" : "interleaved";
+}
+
+stats scale_stats(stats s, double by)
+{
+    return (stats){.median = s.median * by, .min = s.min * by, .max = s.max * by,
+                   .stddev = s.stddev * by, .reps = s.reps};
 }
 
 /* ---- output ---------------------------------------------------------------- */
 
+void print_stats_json(const char *prefix, const stats *t)
+{
+    printf(",\"%smin_us\":%.3f,\"%smax_us\":%.3f,\"%sstddev_us\":%.3f,\"%sreps\":%lld", prefix,
+           t->min * 1e6, prefix, t->max * 1e6, prefix, t->stddev * 1e6, prefix, (long long)t->reps);
+}
+
+void format_spread(const stats *t, char *range, size_t range_size, char *sd, size_t sd_size)
+{
+    double m = t->median > 0 ? t->median : 1;
+    snprintf(range, range_size, "-%.1f/+%.1f", 100 * (m - t->min) / m, 100 * (t->max - m) / m);
+    snprintf(sd, sd_size, "%.1f", 100 * t->stddev / m);
+}
+
 void print_header(bool json)
 {
     if (!json)
-        printf("%-26s %-12s %7s %10s %11s %9s %8s %9s %6s %9s %6s\n", "op", "backend", "threads",
-               "n", "median_us", "GFLOP/s", "GB/s", "peak", "%peak", "copy GB/s", "%copy");
+        printf("%-26s %-12s %7s %10s %11s %11s %5s %9s %8s %9s %6s %9s %6s\n", "op", "backend",
+               "threads", "n", "median_us", "min/max%", "sd%", "GFLOP/s", "GB/s", "peak", "%peak",
+               "copy GB/s", "%copy");
 }
 
 void print_row(const row *r, bool json)
@@ -129,23 +217,29 @@ void print_row(const row *r, bool json)
         printf("{\"op\":\"%s\",\"backend\":\"%s\",\"threads\":%d", r->op, r->backend, r->threads);
         if (r->n > 0)
             printf(",\"n\":%lld", (long long)r->n);
-        printf(",\"median_us\":%.3f,\"gflops\":%.3f,\"gbps\":%.3f,\"peak_gflops\":%.3f,"
-               "\"pct_peak\":%.2f",
-               r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak);
+        printf(",\"median_us\":%.3f", r->time.median * 1e6);
+        print_stats_json("", &r->time);
+        printf(",\"gflops\":%.3f,\"gbps\":%.3f,\"peak_gflops\":%.3f,\"pct_peak\":%.2f", r->gflops,
+               r->gbps, r->peak_gflops, pct_peak);
         if (r->copy_gbps > 0)
-            printf(",\"copy_gbps\":%.3f,\"pct_copy\":%.2f", r->copy_gbps, 100 * r->gbps / r->copy_gbps);
+            printf(",\"copy_gbps\":%.3f,\"pct_copy\":%.2f", r->copy_gbps,
+                   100 * r->gbps / r->copy_gbps);
+        if (r->probe)
+            printf(",\"probe\":\"%s\"", r->probe);
         printf("}\n");
         return;
     }
-    char n[24] = "-", copy[24] = "-", pct_copy[24] = "-";
+    char n[24] = "-", copy[24] = "-", pct_copy[24] = "-", range[32], sd[16];
     if (r->n > 0)
         snprintf(n, sizeof n, "%lld", (long long)r->n);
     if (r->copy_gbps > 0) {
         snprintf(copy, sizeof copy, "%.2f", r->copy_gbps);
         snprintf(pct_copy, sizeof pct_copy, "%.1f", 100 * r->gbps / r->copy_gbps);
     }
-    printf("%-26s %-12s %7d %10s %11.1f %9.2f %8.2f %9.2f %6.1f %9s %6s\n", r->op, r->backend,
-           r->threads, n, r->median_us, r->gflops, r->gbps, r->peak_gflops, pct_peak, copy, pct_copy);
+    format_spread(&r->time, range, sizeof range, sd, sizeof sd);
+    printf("%-26s %-12s %7d %10s %11.1f %11s %5s %9.2f %8.2f %9.2f %6.1f %9s %6s\n", r->op,
+           r->backend, r->threads, n, r->time.median * 1e6, range, sd, r->gflops, r->gbps,
+           r->peak_gflops, pct_peak, copy, pct_copy);
 }
 
 /* ---- FMA and AMX peaks ------------------------------------------------------- */
@@ -190,10 +284,8 @@ row measure_amx_peak(int threads, int reps)
         return r;
     probe_run run = {.probe = bench_amx_probe, .threads = threads,
                      .iters = calibrate_probe(bench_amx_probe)};
-    double s;
-    time_region(run_probe, &run, reps, &s); /* run_probe cannot fail */
-    r.median_us = s * 1e6;
-    r.gflops = r.peak_gflops = giga_per_s(run.flops, s);
+    time_region(run_probe, &run, reps, 0, &r.time); /* run_probe cannot fail */
+    r.gflops = r.peak_gflops = giga_per_s(run.flops, r.time.median);
 #else
     (void)reps;
 #endif
@@ -233,10 +325,10 @@ bool run_copy(void *ctx)
 row measure_copy(char *dst, const char *src, size_t bytes, int threads, int reps)
 {
     copy_run run = {dst, src, bytes, threads};
-    double s;
-    time_region(run_copy, &run, reps, &s); /* run_copy cannot fail */
+    stats t;
+    time_region(run_copy, &run, reps, 0, &t); /* run_copy cannot fail */
     return (row){.op = "copy", .backend = "libc", .threads = threads, .n = (int64_t)bytes,
-                 .median_us = s * 1e6, .gbps = giga_per_s(2.0 * (double)bytes, s)};
+                 .time = t, .gbps = giga_per_s(2.0 * (double)bytes, t.median)};
 }
 
 /* ---- plan: backends and thread counts ---------------------------------------- */
@@ -296,13 +388,13 @@ static bool measure_plan_peaks(plan *p, int reps)
         probe_run run = {.probe = bench_fma_probe_for(p->backends[b]->isa)};
         run.iters = calibrate_probe(run.probe);
         for (int t = 0; t < p->nthreads; t++) {
-            double s;
+            stats s;
             run.threads = p->threads[t];
-            time_region(run_probe, &run, reps, &s); /* run_probe cannot fail */
-            double gflops = giga_per_s(run.flops, s);
+            time_region(run_probe, &run, reps, 0, &s); /* run_probe cannot fail */
+            double gflops = giga_per_s(run.flops, s.median);
             p->peaks[b * p->nthreads + t] = (row){
                 .op = "peak_fma", .backend = p->backends[b]->name, .threads = run.threads,
-                .median_us = s * 1e6, .gflops = gflops, .peak_gflops = gflops};
+                .time = s, .gflops = gflops, .peak_gflops = gflops};
         }
     }
     return true;
@@ -350,4 +442,86 @@ bool ran_on(const mla_backend_desc *b, const char *op)
         return false;
     }
     return true;
+}
+
+/* ---- --cold ------------------------------------------------------------------------ */
+
+/* Where the LLC size cannot be read (VMs, some AArch64 kernels). */
+#define FALLBACK_LLC_BYTES ((int64_t)64 << 20)
+
+/* sysfs writes the size as "491520K" (or M). */
+static int64_t sysfs_llc_bytes(void)
+{
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    long long n = 0;
+    char unit = 0;
+    int got = f ? fscanf(f, "%lld%c", &n, &unit) : 0;
+    if (f)
+        fclose(f);
+    if (got < 1 || n <= 0)
+        return 0;
+    return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : unit == 'G' ? n << 30 : n;
+}
+
+int64_t llc_bytes(const options *o)
+{
+    if (o->llc_bytes > 0)
+        return o->llc_bytes;
+    long sc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (sc > 0)
+        return sc;
+    int64_t fs = sysfs_llc_bytes();
+    return fs > 0 ? fs : FALLBACK_LLC_BYTES;
+}
+
+static size_t round_up_64(size_t bytes)
+{
+    return (bytes + 63) / 64 * 64;
+}
+
+/* Twice the LLC: an LRU-ish cache keeps none of what was read that long ago. */
+bool cold_inputs_make(cold_inputs *c, const options *o, const void *const *src,
+                      const size_t *bytes, int n, int threads)
+{
+    *c = (cold_inputs){0};
+    if (!o->cold)
+        return true;
+    for (int i = 0; i < n; i++) {
+        c->offset[i] = c->stride;
+        c->stride += round_up_64(bytes[i]);
+    }
+    size_t target = 2 * (size_t)llc_bytes(o);
+    c->count = c->stride > 0 ? (int64_t)((target + c->stride - 1) / c->stride) : 1;
+    if (c->count <= 1) {
+        c->count = 1;
+        return true;
+    }
+    c->copies = alloc((size_t)c->count * c->stride);
+    if (!c->copies)
+        return false;
+    /* each copy written by one thread: its pages land near it (first touch) */
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t k = 0; k < c->count; k++)
+        for (int i = 0; i < n; i++)
+            memcpy(c->copies + (size_t)k * c->stride + c->offset[i], src[i], bytes[i]);
+    return true;
+}
+
+bool cold_advance(cold_inputs *c)
+{
+    if (!c->copies)
+        return false;
+    c->next = (c->next + 1) % c->count;
+    return true;
+}
+
+void *cold_input(const cold_inputs *c, int i)
+{
+    return c->copies + (size_t)c->next * c->stride + c->offset[i];
+}
+
+void cold_inputs_free(cold_inputs *c)
+{
+    free(c->copies);
+    c->copies = NULL;
 }

@@ -1,10 +1,11 @@
 /*
  * mla_bench decode: mla_decode (absorbed MLA over a paged latent cache)
  * against the FMA peak of the backend that runs it, probed on as many
- * threads alternately with it; with --scaling also on one thread, to see how
- * closely the speedup follows the peak's. On the AMX route also against the
- * AMX-BF16 probe, and the cache read rate against memcpy on as many threads,
- * both measured in the same run.
+ * threads alternately with it (--no-probe: before it); with --scaling also
+ * on one thread, to see how closely the speedup follows the peak's. On the
+ * AMX route also against the AMX-BF16 probe, and the cache read rate against
+ * memcpy on as many threads, both measured in the same run. --cold rotates
+ * through copies of the cache larger than the last-level cache.
  */
 #include "bench.h"
 
@@ -33,6 +34,8 @@ static const char *decode_route(const char *backend, const mla_config *cfg)
 
 typedef struct decode_bench {
     mla_kv_cache cache;
+    void *cache_data;     /* the cache as filled; cache.data: it or a --cold copy */
+    cold_inputs cold;     /* --cold: copies of the cache */
     int32_t *block_table; /* [batch, ceil(ctx / block_size)]: a shuffle of every block */
     int32_t *seq_lens;    /* [batch]: all ctx */
     void *q;              /* [batch * sq, heads, L + R] */
@@ -90,6 +93,7 @@ static bool decode_bench_init(decode_bench *db, const options *o, const mla_conf
 {
     int64_t L = cfg->kv_lora_rank, R = cfg->rope_dim, W = L + R, H = cfg->num_heads;
     int64_t bs = cfg->block_size, cols = (o->ctx + bs - 1) / bs, num_blocks = o->batch * cols;
+    size_t cache_bytes = (size_t)(num_blocks * bs * W * mla_dtype_size(cfg->cache_dtype));
     int64_t tokens = o->batch * o->sq, q_size = mla_dtype_size(cfg->q_dtype);
     *db = (decode_bench){0};
     if (num_blocks > INT32_MAX) {
@@ -97,7 +101,7 @@ static bool decode_bench_init(decode_bench *db, const options *o, const mla_conf
         return false;
     }
     db->cache = (mla_kv_cache){
-        .data = alloc((size_t)(num_blocks * bs * W * mla_dtype_size(cfg->cache_dtype))),
+        .data = alloc(cache_bytes),
         .dtype = cfg->cache_dtype, .num_blocks = num_blocks, .block_size = bs, .width = W,
         .scale = is_fp8(cfg->cache_dtype) ? FP8_SCALE : 1.0f};
     int64_t *perm = alloc((size_t)num_blocks * sizeof *perm);
@@ -119,7 +123,9 @@ static bool decode_bench_init(decode_bench *db, const options *o, const mla_conf
              fill_random(db->q, cfg->q_dtype, tokens * H * W, 1.0f, 2, fill_threads);
     }
     free(perm);
-    if (!ok)
+    db->cache_data = db->cache.data;
+    const void *cold_src[] = {db->cache_data};
+    if (!ok || !cold_inputs_make(&db->cold, o, cold_src, &cache_bytes, 1, threads[nthreads - 1]))
         return false;
     /* one concatenated q [batch * sq, heads, L + R]: q_pe is q + L */
     db->args = (mla_decode_args){
@@ -148,7 +154,8 @@ static bool decode_bench_init(decode_bench *db, const options *o, const mla_conf
 
 static void decode_bench_free(decode_bench *db)
 {
-    free(db->cache.data);
+    free(db->cache_data);
+    cold_inputs_free(&db->cold);
     free(db->block_table);
     free(db->seq_lens);
     free(db->q);
@@ -158,7 +165,9 @@ static void decode_bench_free(decode_bench *db)
 
 static bool run_decode(void *ctx)
 {
-    const decode_bench *db = ctx;
+    decode_bench *db = ctx;
+    if (cold_advance(&db->cold))
+        db->cache.data = cold_input(&db->cold, 0);
     return check(mla_decode(&db->args, db->workspace, db->workspace_bytes, db->threads),
                  "mla_decode");
 }
@@ -178,10 +187,10 @@ static double visible_keys(int64_t ctx, int64_t sq)
 static void print_decode_header(bool json)
 {
     if (!json)
-        printf("%-6s %-12s %-8s %7s %5s %5s %8s %4s %-4s %-8s %4s %11s %9s %9s %8s %9s %6s %9s %6s "
-               "%9s %6s\n", "op", "backend", "route", "threads", "batch", "heads", "ctx", "sq", "q",
-               "cache", "bs", "median_us", "GFLOP/s", "cache_MB", "GB/s", "peak", "%peak",
-               "amx_peak", "%amx", "copy GB/s", "%copy");
+        printf("%-6s %-12s %-8s %7s %5s %5s %8s %4s %-4s %-8s %4s %11s %11s %5s %9s %9s %8s %9s %6s "
+               "%9s %6s %9s %6s\n", "op", "backend", "route", "threads", "batch", "heads", "ctx",
+               "sq", "q", "cache", "bs", "median_us", "min/max%", "sd%", "GFLOP/s", "cache_MB",
+               "GB/s", "peak", "%peak", "amx_peak", "%amx", "copy GB/s", "%copy");
 }
 
 /* What the same run measured beside decode: the AMX-BF16 peak (0 off the
@@ -205,29 +214,35 @@ static void print_config_json(const options *o, const mla_config *cfg)
            (long long)cfg->block_size, (long long)cfg->kv_lora_rank, (long long)cfg->rope_dim);
 }
 
-static void print_decode_row(const options *o, const mla_config *cfg, const char *backend,
-                             int threads, double seconds, double flops, double bytes,
-                             const beside *m)
+static void print_decode_row(const options *o, const mla_config *cfg, const decode_bench *db,
+                             const char *backend, int threads, const stats *t, double flops,
+                             double bytes, const beside *m)
 {
-    double gflops = giga_per_s(flops, seconds), gbps = giga_per_s(bytes, seconds);
+    double gflops = giga_per_s(flops, t->median), gbps = giga_per_s(bytes, t->median);
     if (o->json) {
         printf("{\"op\":\"decode\",\"backend\":\"%s\",\"route\":\"%s\",\"threads\":%d", backend,
                decode_route(backend, cfg), threads);
         print_config_json(o, cfg);
-        printf(",\"median_us\":%.3f,\"gflops\":%.3f,\"bytes\":%.0f,\"gbps\":%.3f,"
+        printf(",\"median_us\":%.3f", t->median * 1e6);
+        print_stats_json("", t);
+        printf(",\"gflops\":%.3f,\"bytes\":%.0f,\"gbps\":%.3f,"
                "\"peak_gflops\":%.3f,\"pct_peak\":%.2f,\"amx_peak_gflops\":%.3f,"
-               "\"pct_amx_peak\":%.2f,\"copy_gbps\":%.3f,\"pct_copy\":%.2f}\n",
-               seconds * 1e6, gflops, bytes, gbps, m->peak, percent(gflops, m->peak), m->amx_peak,
-               percent(gflops, m->amx_peak), m->copy_gbps, percent(gbps, m->copy_gbps));
+               "\"pct_amx_peak\":%.2f,\"copy_gbps\":%.3f,\"pct_copy\":%.2f,\"probe\":\"%s\","
+               "\"cold_copies\":%lld}\n",
+               gflops, bytes, gbps, m->peak, percent(gflops, m->peak), m->amx_peak,
+               percent(gflops, m->amx_peak), m->copy_gbps, percent(gbps, m->copy_gbps),
+               probe_mode(o), (long long)db->cold.count);
         return;
     }
-    printf("%-6s %-12s %-8s %7d %5lld %5lld %8lld %4lld %-4s %-8s %4lld %11.1f %9.2f %9.2f %8.2f "
-           "%9.2f %6.1f %9.2f %6.1f %9.2f %6.1f\n",
+    char range[32], sd[16];
+    format_spread(t, range, sizeof range, sd, sizeof sd);
+    printf("%-6s %-12s %-8s %7d %5lld %5lld %8lld %4lld %-4s %-8s %4lld %11.1f %11s %5s %9.2f "
+           "%9.2f %8.2f %9.2f %6.1f %9.2f %6.1f %9.2f %6.1f\n",
            "decode", backend, decode_route(backend, cfg), threads, (long long)o->batch,
            (long long)cfg->num_heads, (long long)o->ctx, (long long)o->sq,
            mla_dtype_name(cfg->q_dtype), mla_dtype_name(cfg->cache_dtype),
-           (long long)cfg->block_size, seconds * 1e6, gflops, bytes / 1e6, gbps, m->peak,
-           percent(gflops, m->peak), m->amx_peak, percent(gflops, m->amx_peak), m->copy_gbps,
+           (long long)cfg->block_size, t->median * 1e6, range, sd, gflops, bytes / 1e6, gbps,
+           m->peak, percent(gflops, m->peak), m->amx_peak, percent(gflops, m->amx_peak), m->copy_gbps,
            percent(gbps, m->copy_gbps));
 }
 
@@ -255,7 +270,8 @@ static void print_scaling(const options *o, const mla_config *cfg, const char *b
 
 /* Times decode on each thread count with b's FMA probe on as many threads,
  * alternately rep by rep: on a shared host both then see the same
- * neighbours and clocks, so t1/tT meets the peak ratio of the same moments. */
+ * neighbours and clocks, so t1/tT meets the peak ratio of the same moments.
+ * --no-probe times the probe first and leaves decode's loop to itself. */
 static bool time_decode(const options *o, const mla_config *cfg, const mla_backend_desc *b,
                         decode_bench *db, const int *threads, int nthreads)
 {
@@ -278,19 +294,20 @@ static bool time_decode(const options *o, const mla_config *cfg, const mla_backe
     print_decode_header(o->json);
     bool ok = true;
     for (int t = 0; ok && t < nthreads; t++) {
-        double probe_s;
+        stats time, probe_time;
         db->threads = probe.threads = threads[t];
-        ok = time_interleaved(run_decode, db, run_probe, &probe, o->reps, &seconds[t], &probe_s) &&
+        ok = time_beside(o, run_decode, db, run_probe, &probe, &time, &probe_time) &&
              ran_on(b, "decode");
         if (!ok)
             break;
-        peak[t] = giga_per_s(probe.flops, probe_s);
+        seconds[t] = time.median;
+        peak[t] = giga_per_s(probe.flops, probe_time.median);
         const beside m = {
             .peak = peak[t],
             .amx_peak = amx ? measure_amx_peak(threads[t], o->reps).gflops : 0,
             .copy_gbps = measure_copy(dst, src, COPY_BYTES, threads[t], o->reps).gbps,
         };
-        print_decode_row(o, cfg, b->name, threads[t], seconds[t], flops, bytes, &m);
+        print_decode_row(o, cfg, db, b->name, threads[t], &time, flops, bytes, &m);
     }
     free(src);
     free(dst);

@@ -121,15 +121,16 @@ int cmd_gemm(const options *o, const plan *p)
         const bool amx = route && strcmp(route, "amx-bf16") == 0;
         for (int t = 0; ok && t < p->nthreads; t++) {
             for (int ahead = 0; ok && ahead < 2; ahead++) {
-                double s;
+                stats s;
                 gb.threads = p->threads[t];
                 gb.args.kv_b_proj_packed = ahead ? packed : NULL;
-                ok = time_region(run_up_proj, &gb, o->reps, &s) &&
+                ok = time_region(run_up_proj, &gb, o->reps, o->seconds, &s) &&
                      ran_on(p->backends[b], "up_proj");
                 if (!ok)
                     break;
-                row r = {.op = op[ahead], .backend = p->backends[b]->name, .threads = gb.threads,
-                         .n = m, .median_us = s * 1e6, .gflops = giga_per_s(flops, s),
+                row r = {.op = op[ahead], .backend = p->backends[b]->name, .probe = "separate",
+                         .threads = gb.threads, .n = m, .time = s,
+                         .gflops = giga_per_s(flops, s.median),
                          .peak_gflops = amx ? measure_amx_peak(gb.threads, o->reps).gflops
                                             : p->peaks[b * p->nthreads + t].gflops};
                 print_row(&r, o->json);

@@ -1,6 +1,7 @@
 /*
  * mla_bench merge: mla_merge_attn_states, which is memory bound, next to a
- * memcpy moving the same bytes, timed alternately rep by rep in the same run.
+ * memcpy moving the same bytes, timed alternately rep by rep in the same run
+ * (--no-probe: the memcpy first, then the merge alone).
  */
 #include "bench.h"
 
@@ -64,7 +65,7 @@ static bool bench_threads(const options *o, const plan *p, int t, merge_bench *m
                       .kv_lora_rank = m->args.head_dim, .num_heads = m->args.num_heads,
                       .block_size = 1};
     for (int b = 0; b < p->nbackends; b++) {
-        double s, copy_s;
+        stats s, copy_s;
         mla_reasons why;
         if (!check(mla_backend_validate(p->backends[b]->name, MLA_OP_PREFILL, &cfg, &why),
                    "mla_backend_validate"))
@@ -73,16 +74,16 @@ static bool bench_threads(const options *o, const plan *p, int t, merge_bench *m
             continue;
         m->threads = copy->threads = p->threads[t];
         if (!force_backend(MLA_OP_PREFILL, p->backends[b]->name) ||
-            !time_interleaved(run_merge, m, run_copy, copy, o->reps, &s, &copy_s) ||
+            !time_beside(o, run_merge, m, run_copy, copy, &s, &copy_s) ||
             !ran_on(p->backends[b], "merge"))
             return false;
         row r = {.op = m->args.dtype == MLA_DTYPE_F32 ? "merge_f32"
                        : m->args.dtype == MLA_DTYPE_BF16 ? "merge_bf16" : "merge_f16",
-                 .backend = p->backends[b]->name, .threads = p->threads[t],
-                 .n = m->args.num_tokens, .median_us = s * 1e6,
-                 .gbps = giga_per_s(traffic, s),
+                 .backend = p->backends[b]->name, .probe = probe_mode(o),
+                 .threads = p->threads[t], .n = m->args.num_tokens, .time = s,
+                 .gbps = giga_per_s(traffic, s.median),
                  .peak_gflops = p->peaks[b * p->nthreads + t].gflops,
-                 .copy_gbps = giga_per_s(traffic, copy_s)};
+                 .copy_gbps = giga_per_s(traffic, copy_s.median)};
         print_row(&r, o->json);
     }
     return true;

@@ -18,6 +18,9 @@
  *   mla_bench merge   [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
  *             [--q-dtype D] [--json]
  *
+ * Every command also takes [--no-probe] [--seconds S]; decode, prefill and
+ * attn take [--cold [--llc-mib M]] (see usage_text).
+ *
  * `peak` measures three ceilings: the FMA throughput of each backend (its
  * fma_probe on every thread at once), AMX-BF16 throughput (TDPBF16PS, where
  * the CPU has it) and memcpy bandwidth. `convert` times mla_convert and
@@ -52,6 +55,7 @@
 #define MAX_BATCH 65536
 #define MAX_SQ 1024
 #define MAX_DIM 4096
+#define MAX_LLC_MIB ((long long)1 << 20)
 
 static const char usage_text[] =
     "usage: mla_bench <command> [options]\n"
@@ -75,7 +79,8 @@ static const char usage_text[] =
     "            shuffled blocks holding random data (fp8 scale 0.02), softmax scale\n"
     "            0.1352, on the backend auto-selection picks (or --backend) at\n"
     "            --threads, against that backend's FMA peak on as many threads,\n"
-    "            probed alternately with decode rep by rep; on the amx-bf16 route\n"
+    "            probed alternately with decode rep by rep (--no-probe: first);\n"
+    "            on the amx-bf16 route\n"
     "            also against the AMX-BF16 probe, and GB/s against a memcpy of\n"
     "            256 MiB on as many threads, both measured after it in the same run.\n"
     "            With --scaling also at 1 thread, then speedup = t1/tT, peak ratio =\n"
@@ -97,8 +102,9 @@ static const char usage_text[] =
     "  prefill   mla_prefill of --batch requests (default 1) of --tokens new tokens\n"
     "            (default 64) after --ctx cached ones, --heads (default 16), L 512,\n"
     "            R 64, P = V = 128, --q-dtype over a --cache-dtype cache (bf16), at\n"
-    "            --threads: the MHA and absorbed paths timed alternately, and the\n"
-    "            path the cost model picks\n"
+    "            --threads: the MHA and absorbed paths timed alternately rep by rep\n"
+    "            (--no-probe: MHA's loop, then absorbed's), and the path the cost\n"
+    "            model picks\n"
     "  merge     mla_merge_attn_states of --tokens (default 32768) tokens, --heads\n"
     "            (default 16) heads of 128, all with context, in --q-dtype (default\n"
     "            f32), out and out_lse apart; GB/s counts prefix, suffix and out and\n"
@@ -110,8 +116,28 @@ static const char usage_text[] =
     "                  decode: mla_default_threads())\n"
     "  --backend NAME  only this backend (default: every one this CPU can run;\n"
     "                  decode: the one auto-selection picks for the config)\n"
-    "  --reps R        timed runs per case, after one untimed run; the median is\n"
-    "                  reported (default 7)\n"
+    "  --reps R        timed runs per case, after one untimed run; the median,\n"
+    "                  min, max and stddev are reported (default 7)\n"
+    "  --no-probe      time each kernel loop alone: the ceilings it is held against\n"
+    "                  (FMA and AMX probes, memcpy; prefill: the other path) run in\n"
+    "                  a phase of their own before it, in the same process, instead\n"
+    "                  of alternating with it rep by rep, so perf record's samples\n"
+    "                  land in the kernel; JSON \"probe\":\"separate\" (default\n"
+    "                  \"interleaved\"; convert and gemm always time them apart)\n"
+    "  --seconds S     run each kernel loop for about S seconds (after the untimed\n"
+    "                  run; interleaved, the kernel and its ceiling together)\n"
+    "                  instead of --reps times: a steady loop for perf; ceilings\n"
+    "                  timed apart still take --reps runs (median over at most\n"
+    "                  65536 reps, a uniform sample beyond; min/max/stddev: all)\n"
+    "  --cold          decode, prefill, attn: rotate rep by rep through copies of\n"
+    "                  the inputs (decode: the cache; prefill: the cache, q and\n"
+    "                  kv_c; attn: q, k, k_pe, v) that together exceed twice the\n"
+    "                  last-level cache, so every rep reads them from DRAM, as a\n"
+    "                  61-layer server does; JSON cold_copies (0: not cold; 1: the\n"
+    "                  inputs alone exceed it, no copies)\n"
+    "  --llc-mib M     the last-level cache --cold assumes (default: sysconf\n"
+    "                  _SC_LEVEL3_CACHE_SIZE, else /sys/devices/system/cpu/cpu0/\n"
+    "                  cache/index3/size, else 64 MiB)\n"
     "  --n N           elements per convert case (default 16777216)\n"
     "  --tokens T      rows per cache case (default 16384)\n"
     "  --block-size B  cache block size of the cache cases and decode (default 64)\n"
@@ -133,7 +159,8 @@ static const char usage_text[] =
     "  --v-dim D       attn: v and out head dim (default 128)\n"
     "  --whole-k       attn: k [S, H, qk-dim] instead of k_nope + shared k_pe\n"
     "  --causal, --no-causal  attn: causal mask (default) or none\n"
-    "  --json          one JSON object per case and line on stdout, nothing else\n"
+    "  --json          one JSON object per line on stdout, nothing else: the run's\n"
+    "                  metadata first, then one per case\n"
     "  --help          this text\n"
     "\n"
     "GB/s counts bytes read + bytes written: a memcpy of B bytes moves 2B.\n"
@@ -142,9 +169,18 @@ static const char usage_text[] =
     "threads in the same run (%copy = 100 * GB/s / copy GB/s).\n"
     "%peak = 100 * GFLOP/s / peak, where peak is the same backend's FMA probe at\n"
     "the same thread count, measured first in the same process.\n"
-    "JSON keys: op backend threads n median_us gflops gbps peak_gflops pct_peak\n"
-    "copy_gbps pct_copy; n (elements; rows for cache ops; bytes for copy),\n"
-    "copy_gbps and pct_copy only where they apply; peak without AMX prints\n"
+    "Every timed case reports median_us, min_us, max_us, stddev_us (the sample's)\n"
+    "and reps (timed runs); the table shows min/max% (how far min and max lie\n"
+    "below and above the median, in % of it) and sd% (stddev in % of the median).\n"
+    "The first line describes the run: {\"op\":\"meta\", libmla (version), commit\n"
+    "(git describe at build), cpu (/proc/cpuinfo model name, or implementer and\n"
+    "part), cpu_caps, compiler, command, args, probe, seconds, reps, cold,\n"
+    "llc_bytes, default_threads, env (every OMP_*, GOMP_*, KMP_*, MLA_* variable\n"
+    "set)}; without --json the same as lines starting with '#'.\n"
+    "JSON keys: op backend threads n median_us min_us max_us stddev_us reps gflops\n"
+    "gbps peak_gflops pct_peak copy_gbps pct_copy probe; n (elements; rows for\n"
+    "cache ops; bytes for copy), copy_gbps and pct_copy only where they apply,\n"
+    "probe where a ceiling is held against the op; peak without AMX prints\n"
     "{\"op\":\"peak_amx_bf16\",\"backend\":\"avx512_amx\",\"available\":false}.\n"
     "\n"
     "decode FLOPs = 2 * batch * heads * keys * (2L + R), keys summed over a\n"
@@ -156,46 +192,67 @@ static const char usage_text[] =
     "AMX-BF16 probe (0 off that route); %copy = 100 * GB/s / copy GB/s (the\n"
     "cache read against memcpy's reads and writes). decode JSON keys: op backend\n"
     "route threads batch heads ctx sq q_dtype cache_dtype block_size kv_lora_rank\n"
-    "rope_dim median_us gflops bytes gbps peak_gflops pct_peak amx_peak_gflops\n"
-    "pct_amx_peak copy_gbps pct_copy; --scaling adds\n"
+    "rope_dim median_us min_us max_us stddev_us reps gflops bytes gbps peak_gflops\n"
+    "pct_peak amx_peak_gflops pct_amx_peak copy_gbps pct_copy probe cold_copies;\n"
+    "--scaling adds\n"
     "op decode_scaling with t1_us tT_us speedup peak1_gflops peakT_gflops\n"
     "peak_ratio speedup_vs_peak.\n"
     "\n"
     "attn FLOPs = 2 * heads * (qk-dim + v-dim) * pairs, pairs = the (query, key)\n"
     "pairs the mask lets through: batch * T(T+1)/2 causal, batch * T^2 not; its\n"
-    "peak is probed alternately with it rep by rep (not first). attn JSON keys: op\n"
+    "peak is probed alternately with it rep by rep (not first; --no-probe: just\n"
+    "before it). attn JSON keys: op\n"
     "backend route threads batch tokens heads qk_dim v_dim rope_dim causal dtype\n"
-    "median_us gflops peak_gflops pct_peak amx_peak_gflops pct_amx_peak (the AMX\n"
-    "probe after it on the amx-bf16 route, else 0).\n";
+    "median_us min_us max_us stddev_us reps gflops peak_gflops pct_peak\n"
+    "amx_peak_gflops pct_amx_peak (the AMX probe after it on the amx-bf16 route,\n"
+    "else 0) probe cold_copies.\n"
+    "\n"
+    "prefill JSON keys: op backend route threads batch ctx new_tokens heads\n"
+    "mha_us absorbed_us (medians) mha_min_us mha_max_us mha_stddev_us mha_reps and\n"
+    "the same for absorbed, mha_flops absorbed_flops mha_gflops absorbed_gflops\n"
+    "faster model_picks probe cold_copies. Each path's own FLOPs, with pairs =\n"
+    "batch * (new * ctx + new(new+1)/2): MHA 2 * batch * (ctx + new) * L * heads *\n"
+    "(P + V) (up-projection) + 2 * heads * pairs * (P + R + V); absorbed 2 * batch\n"
+    "* new * heads * L * (P + V) (q and out through W_UK, W_UV) + 2 * heads *\n"
+    "pairs * (2L + R).\n";
 
 static const struct command {
     const char *name;
     int (*run)(const options *o, const plan *p);
     bool per_backend; /* measures every backend, so needs their FMA peaks first */
+    bool cold;        /* takes --cold */
 } commands[] = {
-    {"peak", cmd_peak, true},
-    {"convert", cmd_convert, true},
-    {"metadata", cmd_metadata, false},
-    {"cache-write", cmd_cache_write, true},
-    {"cache-gather", cmd_cache_gather, true},
-    {"decode", cmd_decode, false},
-    {"attn", cmd_attn, true},
-    {"gemm", cmd_gemm, true},
-    {"merge", cmd_merge, true},
-    {"prefill", cmd_prefill, false},
+    {"peak", cmd_peak, true, false},
+    {"convert", cmd_convert, true, false},
+    {"metadata", cmd_metadata, false, false},
+    {"cache-write", cmd_cache_write, true, false},
+    {"cache-gather", cmd_cache_gather, true, false},
+    {"decode", cmd_decode, false, true},
+    {"attn", cmd_attn, true, true},
+    {"gemm", cmd_gemm, true, false},
+    {"merge", cmd_merge, true, false},
+    {"prefill", cmd_prefill, false, true},
 };
 
 /* ---- arguments ------------------------------------------------------------------ */
 
+/* The value after flag argv[*i] (moving *i to it), or NULL after saying it
+ * is missing. */
+static const char *value_arg(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "mla_bench: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 /* Reads the value after flag argv[*i] as an integer in [min, max]. */
 static bool int_arg(int argc, char **argv, int *i, long long min, long long max, long long *out)
 {
-    const char *flag = argv[*i];
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "mla_bench: %s needs a value\n", flag);
+    const char *flag = argv[*i], *text = value_arg(argc, argv, i);
+    if (!text)
         return false;
-    }
-    const char *text = argv[++*i];
     char *end;
     errno = 0;
     long long v = strtoll(text, &end, 10);
@@ -208,15 +265,29 @@ static bool int_arg(int argc, char **argv, int *i, long long min, long long max,
     return true;
 }
 
+/* Reads the value after flag argv[*i] as a number in (0, max]. */
+static bool seconds_arg(int argc, char **argv, int *i, double max, double *out)
+{
+    const char *flag = argv[*i], *text = value_arg(argc, argv, i);
+    if (!text)
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v > 0 && v <= max)) {
+        fprintf(stderr, "mla_bench: %s %s: expected a number in (0, %g]\n", flag, text, max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 /* Reads the value after flag argv[*i] as a dtype name. */
 static bool dtype_arg(int argc, char **argv, int *i, int *out)
 {
-    const char *flag = argv[*i];
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "mla_bench: %s needs a value\n", flag);
+    const char *flag = argv[*i], *text = value_arg(argc, argv, i);
+    if (!text)
         return false;
-    }
-    const char *text = argv[++*i];
     for (int d = 0; d < MLA_DTYPE_COUNT; d++) {
         if (strcmp(text, mla_dtype_name((mla_dtype)d)) == 0) {
             *out = d;
@@ -246,6 +317,15 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             o->json = true;
+        } else if (strcmp(a, "--no-probe") == 0) {
+            o->no_probe = true;
+        } else if (strcmp(a, "--seconds") == 0) {
+            ok = seconds_arg(argc, argv, &i, MAX_SECONDS, &o->seconds);
+        } else if (strcmp(a, "--cold") == 0) {
+            o->cold = true;
+        } else if (strcmp(a, "--llc-mib") == 0) {
+            if ((ok = int_arg(argc, argv, &i, 1, MAX_LLC_MIB, &v)))
+                o->llc_bytes = (int64_t)v << 20;
         } else if (strcmp(a, "--threads") == 0) {
             if ((ok = int_arg(argc, argv, &i, 1, MAX_THREADS, &v)))
                 o->threads = (int)v;
@@ -311,10 +391,7 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
         } else if (strcmp(a, "--no-causal") == 0) {
             o->causal = false;
         } else if (strcmp(a, "--backend") == 0) {
-            if ((ok = i + 1 < argc))
-                o->backend = argv[++i];
-            else
-                fprintf(stderr, "mla_bench: --backend needs a value\n");
+            ok = (o->backend = value_arg(argc, argv, &i)) != NULL;
         } else if (a[0] != '-' && !*cmd) {
             for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++)
                 if (strcmp(a, commands[c].name) == 0)
@@ -337,6 +414,11 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
         fputs(usage_text, stderr);
         return 2;
     }
+    if (o->cold && !(*cmd)->cold) {
+        fprintf(stderr, "mla_bench: --cold: only decode, prefill and attn rotate their inputs\n");
+        return 2;
+    }
+    o->command = (*cmd)->name;
     return -1;
 }
 
@@ -349,6 +431,8 @@ int main(int argc, char **argv)
         return status;
     if (!check(mla_init(), "mla_init"))
         return 1;
+    print_run_meta(&o, argc, argv);
+    fflush(stdout); /* before the plan's messages on stderr */
     plan p = {0};
     status = !cmd->per_backend || make_plan(&o, &p) ? cmd->run(&o, &p) : 1;
     free_plan(&p);

@@ -215,13 +215,12 @@ static mla_decode_forward_args decode_args(const step *s, const weights *w)
 {
     const int64_t q_row = HEADS * (P + R);
     return (mla_decode_forward_args){
-        .qk_nope_dim = P, .v_head_dim = V, .q = s->q, .q_token_stride = q_row,
-        .q_head_stride = P + R, .w_uk_t = w->w_uk_t, .w_uv = w->w_uv, .w_dtype = DTYPE,
-        .out = s->out, .out_token_stride = HEADS * V,
-        .attn = {.num_reqs = s->split.num_decodes, .s_q = decode_s_q(s), .num_heads = HEADS,
-                 .kv_lora_rank = L, .rope_dim = R, .scale = 0.1352f, .q_dtype = DTYPE,
-                 .cache = &s->cache, .block_table = s->md.block_table,
-                 .block_table_cols = s->cols, .seq_lens = s->md.seq_lens}};
+        .num_reqs = s->split.num_decodes, .s_q = decode_s_q(s), .num_heads = HEADS,
+        .kv_lora_rank = L, .rope_dim = R, .qk_nope_dim = P, .v_head_dim = V, .scale = 0.1352f,
+        .dtype = DTYPE, .q = s->q, .q_token_stride = q_row, .q_head_stride = P + R,
+        .w_uk_t = w->w_uk_t, .w_uv = w->w_uv, .w_dtype = DTYPE, .out = s->out,
+        .out_token_stride = HEADS * V, .cache = &s->cache, .block_table = s->md.block_table,
+        .block_table_cols = s->cols, .seq_lens = s->md.seq_lens};
 }
 
 static mla_prefill_args prefill_args(const step *s, const weights *w, mla_prefill_path path)

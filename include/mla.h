@@ -9,8 +9,21 @@
  *   - Every function that can fail returns mla_status; on failure
  *     mla_last_error() holds a thread-local message and nothing was written.
  *   - Memory is the caller's. Sizes are int64_t, counted in elements.
- *   - The library never prints (except under MLA_LOG=1) and never aborts.
+ *   - The library never prints (except under MLA_LOG=1 and MLA_VERBOSE=1:
+ *     docs/semantics.md §6) and never aborts.
  *   - Initialization happens on first use (or mla_init()), once, thread-safely.
+ *   - Any number of threads may call at once, as long as no running call
+ *     writes memory another reads or writes (a cache being written, outputs,
+ *     workspaces, a chunk plan's own workspace); each call then gives the
+ *     bits it gives alone (docs/semantics.md §8, concurrent calls).
+ *   - Alignment: a tensor passed as void * with its dtype (q, k, v, out,
+ *     kv_c, k_pe, the cache's data, weights, packed weights) and every
+ *     workspace may start at any byte; 64-byte alignment is fastest. An
+ *     array passed with a C element type (float *lse, int32_t *block_table,
+ *     int64_t *slot_mapping, ...) needs that type's alignment, as C requires
+ *     of any such pointer.
+ *   - An output must not overlap an input it is computed from, unless its
+ *     function says it may (mla_exp_f32 and mla_merge_attn_states in place).
  */
 #ifndef MLA_H
 #define MLA_H
@@ -29,8 +42,19 @@ extern "C" {
 #define MLA_API
 #endif
 
+/* The version of this header; mla_version() gives the version of the
+ * library actually linked (they differ when libmla.so is replaced under a
+ * built server). MAJOR changes with an incompatible ABI, and with it the
+ * shared library's soname, libmla.so.MAJOR. MLA_VERSION orders versions as
+ * one number (0.1.0 -> 100, 1.2.3 -> 10203), for #if tests. */
 #define MLA_VERSION_MAJOR 0
 #define MLA_VERSION_MINOR 1
+#define MLA_VERSION_PATCH 0
+#define MLA_VERSION (MLA_VERSION_MAJOR * 10000 + MLA_VERSION_MINOR * 100 + MLA_VERSION_PATCH)
+
+/* "MAJOR.MINOR.PATCH" of the linked library ("0.1.0"): a static string,
+ * never NULL. Needs no mla_init(). */
+MLA_API const char *mla_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status                                                                    */
@@ -188,14 +212,63 @@ MLA_API const char *mla_last_backend(void);
 /* ------------------------------------------------------------------------ */
 
 /* Detects the CPU and reads MLA_MAX_ISA, MLA_CONVERT_BACKEND,
- * MLA_DECODE_BACKEND, MLA_PREFILL_BACKEND and MLA_LOG. Runs once; later calls
+ * MLA_DECODE_BACKEND, MLA_PREFILL_BACKEND, MLA_LOG and MLA_VERBOSE
+ * (docs/semantics.md §6; a metadata builder called first reads MLA_VERBOSE
+ * itself). Runs once; later calls
  * return the first result. Optional: every entry point initializes. A bad
  * environment variable makes this (and every op) fail with MLA_ERR_BAD_ENV,
  * MLA_ERR_UNKNOWN_BACKEND or MLA_ERR_BACKEND_INVALID and a message. */
 MLA_API mla_status mla_init(void);
 
-/* Threads an op uses when the call does not say: omp_get_max_threads(). */
+/* Threads an op uses when the call does not say: omp_get_max_threads().
+ * Every op and workspace query that takes `threads` reads it the same way:
+ * threads <= 0 means mla_default_threads(), and a count above the largest
+ * of mla_default_threads(), omp_get_num_procs() and MLA_THREAD_CAP_MIN runs
+ * on that largest. (OpenMP starts every thread a region asks for, and its
+ * runtime ends the process when it cannot: INT_MAX, or tens of thousands.
+ * Threads beyond the processors only take turns; up to MLA_THREAD_CAP_MIN
+ * they run as asked on any machine, for callers and tests that
+ * oversubscribe on purpose.) Any int is a valid count, and a workspace query
+ * and its op given the same count (and OpenMP settings) agree on the size.
+ * An op's threads are an OpenMP parallel region; called from inside the
+ * caller's own parallel region it is a nested one, which under OpenMP's
+ * default max-active-levels of 1 runs on the calling thread alone (with
+ * more levels, a team of its own): either way the results are those of
+ * the same call made outside any region (docs/semantics.md §8). */
+#define MLA_THREAD_CAP_MIN 64
 MLA_API int mla_default_threads(void);
+
+/* A server's own thread pool (ggml-style) can run libmla's parallel loops
+ * instead of OpenMP. Every parallel loop of libmla is n tasks, task(i,
+ * task_ctx) for i in [0, n); with a pool set, an op hands each loop of two
+ * or more tasks to fn (one call a loop, several in order where an op's work
+ * has stages), and runs a loop of one task, and every loop of a call that
+ * gets one thread, on the calling thread itself.
+ *
+ * fn must: call task(i, task_ctx) exactly once for every i in [0, n), on
+ * any threads it likes, the calling one included, in any order and with any
+ * overlap; and return only when every task has returned, with their writes
+ * visible to the caller (a mutex or release/acquire handoff, as any pool's
+ * wait gives). It should run at most `threads` tasks at once (libmla's
+ * thread count for the call, at most n, never more than the call's
+ * `threads`): more gain nothing, fewer only take longer.
+ *
+ * libmla guarantees: the tasks of one call of fn are independent (none
+ * waits for another, so running them one after another on one thread is
+ * correct), none calls into libmla or into fn, none reads the thread it
+ * runs on (scratch is per task), and an op's results are bit for bit those
+ * of the same call on OpenMP with the same `threads` (what the tasks are
+ * depends on `threads`, never on the pool). fn may be called from several
+ * threads at once when the server calls libmla from several threads.
+ *
+ * Set it once, before other calls (or while no call runs); fn NULL goes back
+ * to OpenMP. pool_ctx is handed to every call of fn. `threads` keeps its
+ * meaning (threads <= 0 is mla_default_threads(), OpenMP's own default): a
+ * server with a pool passes its size. (docs/semantics.md §8.) */
+typedef void (*mla_task_fn)(int64_t i, void *task_ctx);
+typedef void (*mla_parallel_for_fn)(void *pool_ctx, int64_t n, int threads, mla_task_fn task,
+                                    void *task_ctx);
+MLA_API void mla_set_parallel_for(mla_parallel_for_fn fn, void *pool_ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Element-wise ops (through the MLA_OP_CONVERT backend)                      */
@@ -233,15 +306,22 @@ typedef struct mla_request {
     int64_t num_block_ids;
 } mla_request;
 
-/* How block ids and slots are laid out. */
+/* How block ids and slots are laid out. A block id b must be >= 0 (else
+ * MLA_ERR_OUT_OF_RANGE) and its kernel ids and slots must fit int32 and
+ * int64: b*m + m - 1 <= INT32_MAX and (b + 1) * manager_block_size - 1 <=
+ * INT64_MAX (else MLA_ERR_OVERFLOW; with m > 2^31 no id fits). */
 typedef struct mla_block_layout {
-    int64_t manager_block_size; /* block size of mla_request.block_ids            */
-    int64_t kernel_block_size;  /* divides manager_block_size; id b expands to
-                                   b*m .. b*m+m-1 with m = manager / kernel      */
+    /* block size of mla_request.block_ids; 0: kernel_block_size           */
+    int64_t manager_block_size;
+    /* divides manager_block_size; id b expands to b*m .. b*m+m-1 with
+     * m = manager / kernel; 0: manager_block_size (m = 1). One of the
+     * two block sizes must be given.                                       */
+    int64_t kernel_block_size;
     int64_t max_blocks_per_req; /* block_table columns, in kernel blocks          */
-    /* decode context parallelism (§2.3). Without it set world_size 1,
-     * rank 0, interleave 1 (a zeroed struct is rejected); with it the
-     * interleave must divide kernel_block_size. seq_lens stay global. */
+    /* decode context parallelism (§2.3); 0 in all three (a zero-initialised
+     * struct) means none: world_size 1, rank 0, interleave 1, and 0 in
+     * world_size or interleave alone means 1. With it the interleave must
+     * divide kernel_block_size. seq_lens stay global. */
     int64_t cp_world_size, cp_rank, cp_interleave;
 } mla_block_layout;
 
@@ -269,6 +349,36 @@ MLA_API mla_status mla_build_batch_metadata(const mla_request *reqs, int64_t num
  * in md; seq_lens, positions and the scalars are left alone. */
 MLA_API mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
                                           const mla_block_layout *layout, mla_batch_metadata *md);
+
+/* The incremental forms, for a server that keeps one block table of
+ * max_blocks_per_req columns (and any number of rows) from step to step
+ * (§2.2): row r serves reqs[r], and the call writes only what changed.
+ * row_ids [B] (in/out): in, how many ids row r holds, which means its
+ * entries past row_ids[r] * m (m = manager / kernel block size) are 0, as
+ * in a dense table and a zeroed one; out, reqs[r].num_block_ids. first_new
+ * [B] (NULL: min(row_ids[r], num_block_ids) each) is the first of reqs[r]'s
+ * ids the row lacks: the ids before it are in the row already; 0 for a row
+ * now serving another request (a new one, a reorder). The call writes ids
+ * first_new[r] .. num_block_ids - 1 and zeroes the row's entries past them
+ * up to row_ids[r] * m, leaving the row as the dense builder writes it.
+ * Checks as the dense forms do (row_ids[r] * m <= max_blocks_per_req and
+ * first_new[r] in [0, min(row_ids[r], num_block_ids)], else
+ * MLA_ERR_OUT_OF_RANGE), except that of the block ids only those it writes
+ * and those holding this step's positions are read, the ones kept having
+ * been checked when they were written: a step costs O(B + T + new ids),
+ * not O(B * max_blocks_per_req).
+ *
+ * mla_build_batch_metadata_append: mla_build_batch_metadata into md, with
+ * md->block_table the persistent table. */
+MLA_API mla_status mla_build_batch_metadata_append(const mla_request *reqs, int64_t num_reqs,
+                                                   const mla_block_layout *layout,
+                                                   const int64_t *first_new, int64_t *row_ids,
+                                                   mla_batch_metadata *md);
+
+/* The block table alone, as mla_build_batch_metadata_append writes it. */
+MLA_API mla_status mla_append_block_table(const mla_request *reqs, int64_t num_reqs,
+                                          const mla_block_layout *layout, const int64_t *first_new,
+                                          int64_t *row_ids, int32_t *block_table);
 
 typedef enum mla_region {
     MLA_REGION_DECODE = 0,   /* context, scheduled <= tau, done prefilling  */
@@ -335,8 +445,27 @@ MLA_API mla_status mla_chunk_plan_create(const int32_t *context_lens, const int3
                                          int64_t num_prefills, int64_t workspace_tokens,
                                          int64_t block_size, int64_t workspace_width,
                                          mla_dtype workspace_dtype, mla_chunk_plan **plan);
+
+/* mla_chunk_plan_create without token_to_seq, which at long contexts is
+ * most of a plan (num_chunks x stride int32s, megabytes): info.token_to_seq
+ * is NULL, token_to_seq_stride still the longest row. A server writes each
+ * chunk's row with mla_chunk_token_to_seq when it gathers that chunk. */
+MLA_API mla_status mla_chunk_plan_create_lean(const int32_t *context_lens,
+                                              const int32_t *query_start_loc, int64_t num_prefills,
+                                              int64_t workspace_tokens, int64_t block_size,
+                                              int64_t workspace_width, mla_dtype workspace_dtype,
+                                              mla_chunk_plan **plan);
 MLA_API void mla_chunk_plan_info_get(const mla_chunk_plan *plan, mla_chunk_plan_info *info);
 MLA_API void mla_chunk_plan_destroy(mla_chunk_plan *plan);
+
+/* Row `chunk` of a plan's token_to_seq (lean or not) into out [out_len]:
+ * each prefill's index r repeated chunk_seq_lens[chunk][r] times, in order,
+ * then zeros; with out_len = token_to_seq_stride, the plan's row exactly.
+ * chunk in [0, num_chunks) (else MLA_ERR_OUT_OF_RANGE); out_len >=
+ * seq_tot[chunk] (else MLA_ERR_CAPACITY). Hand out and seq_tot[chunk] to
+ * mla_gather_cache. */
+MLA_API mla_status mla_chunk_token_to_seq(const mla_chunk_plan *plan, int64_t chunk, int32_t *out,
+                                          int64_t out_len);
 
 /* One part of a split-KV decode schedule (FlashMLA's field order). Blocks are
  * in units of block_n tokens. The part covers requests begin_req..end_req
@@ -347,10 +476,23 @@ typedef struct mla_sched_part {
     int32_t begin_split, first_partial, last_partial, pad;
 } mla_sched_part;
 
+/* A zero-initialised struct means every default, as does NULL wherever one
+ * is taken: one part per thread, blocks of 16 tokens, a segment costing 2
+ * blocks (finer than FlashMLA's 64 + 5, for balance across CPU threads;
+ * {.block_n = 64, .overhead = 5} gives FlashMLA's cut points), no
+ * batch-invariant splits. */
+#define MLA_SCHED_NO_OVERHEAD (-1) /* overhead 0 (a zero field is the default) */
+
 typedef struct mla_decode_sched_params {
-    int64_t num_parts;  /* work parts, usually the thread count; <= 0: omp_get_max_threads() */
-    int64_t block_n;    /* KV tokens per unit of work; <= 0: 64              */
-    int64_t overhead;   /* fixed cost per request segment, in blocks; < 0: 5 */
+    /* work parts, usually the thread count; <= 0: mla_decode's thread
+     * count, or omp_get_max_threads() for mla_build_decode_sched; at most
+     * 2^20 (else MLA_ERR_INVALID_ARGUMENT) */
+    int64_t num_parts;
+    int64_t block_n;    /* KV tokens per unit of work; <= 0: 16              */
+    /* fixed cost per request segment, in blocks: > 0 as given, 0: 2,
+     * MLA_SCHED_NO_OVERHEAD: 0, any other negative value is
+     * MLA_ERR_INVALID_ARGUMENT; at most INT32_MAX (else MLA_ERR_OVERFLOW) */
+    int64_t overhead;
     /* > 0: batch-invariant mode. Every request is cut every split_blocks
      * blocks from its start, whatever the batch or thread count, and parts
      * take whole splits; a driver cuts a part's range of a request at
@@ -358,12 +500,14 @@ typedef struct mla_decode_sched_params {
     int64_t split_blocks;
 } mla_decode_sched_params;
 
-/* Builds the schedule for B requests with seq_lens [B] (params NULL: all
- * defaults; note a zeroed struct means overhead 0): parts [num_parts]
+/* Builds the schedule for B requests with seq_lens [B] (params NULL or
+ * zeroed: all defaults, the schedule mla_decode runs on num_parts threads
+ * when its args give no schedule): parts [num_parts]
  * (the resolved count is returned in *num_parts), split_prefix [B+1]
  * (request b owns partial slots split_prefix[b] .. split_prefix[b+1]-1; the
  * last entry is the partial-buffer row count, at most B + num_parts in the
- * default mode). parts must hold max(1, num_parts) entries. */
+ * default mode). parts must hold max(1, num_parts) entries. B, and the slot
+ * count (B + num_parts - 1 in the default mode), must fit int32. */
 MLA_API mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,
                                           const mla_decode_sched_params *params, mla_sched_part *parts,
                                           int64_t parts_capacity, int64_t *num_parts,
@@ -469,15 +613,18 @@ typedef struct mla_decode_args {
     const int32_t *block_table;  /* [B, block_table_cols]                   */
     int64_t block_table_cols;
     const int32_t *seq_lens;     /* [B]: tokens in the cache, this step's included */
-    /* out (t, h, l) at out[t*out_token_stride + h*out_head_stride + l] */
+    /* out (t, h, l) at out[t*out_token_stride + h*out_head_stride + l].
+     * out and lse must not overlap q_nope, q_pe, the cache, the block table,
+     * seq_lens or each other: the call reads query rows after it has written
+     * the out rows of others (not checked). */
     void *out;
     int64_t out_token_stride, out_head_stride;
     float *lse;                  /* [B, H, s_q] natural log, or NULL           */
     /* Split-KV schedule (mla_build_decode_sched) the call builds for itself;
-     * NULL: one part per thread, block_n 16, overhead 2 (finer than
-     * FlashMLA's 64 + 5, for balance across threads). split_blocks > 0 gives
-     * batch-invariant results: bit-identical for every thread count and batch
-     * composition with the same split_blocks and block_n. */
+     * NULL or zeroed: the defaults, one part per thread (see
+     * mla_decode_sched_params). split_blocks > 0 gives batch-invariant
+     * results: bit-identical for every thread count and batch composition
+     * with the same split_blocks and block_n. */
     const mla_decode_sched_params *sched;
     /* f32 q: run the attention GEMMs in bf16 where the backend has a bf16
      * tile route (avx512_amx): q and any non-bf16 cache rows are rounded to
@@ -489,12 +636,24 @@ typedef struct mla_decode_args {
 
 /* Query i of request b sees cache rows j <= seq_lens[b] - s_q + i (causal,
  * aligned to the end); a query that sees no row gets out 0 and lse -inf.
+ * Rows a query may not see take no part in its result, so an inf or NaN
+ * there reaches only the queries that see it; inf and NaN in what a query
+ * sees go through the plain arithmetic (docs/semantics.md §8).
  * Rows past ceil(seq_len / block_size) blocks of the block table are never
- * read. Every block id that will be read, every size and pointer is checked
- * before anything is written. Scratch comes from the caller:
+ * read (ceil taken without overflow, for any block size). Every block id
+ * that will be read, every size and pointer and the schedule (sched, as
+ * mla_build_decode_sched checks it) are checked before anything is written,
+ * the workspace included. Scratch comes from the caller:
  * mla_decode_workspace_size gives the bytes a call with these args and
- * thread count needs (64-byte alignment best; any works).
- * threads <= 0: mla_default_threads(). */
+ * thread count needs (64-byte alignment best; any works). It reads shapes
+ * only: num_reqs, s_q, num_heads, kv_lora_rank, rope_dim, q_dtype and
+ * sched, and seq_lens in batch-invariant mode alone (sched->split_blocks
+ * > 0, where every split of every request has its partial rows, so the
+ * size grows with the lengths); every pointer but those may be NULL and
+ * every stride anything, and MLA_ERR_OVERFLOW is returned for sizes past
+ * int64. The call checks the rest. A server that sizes once for its
+ * lifetime asks mla_decode_workspace_bound instead.
+ * threads <= 0: mla_default_threads() (and any count, as it says). */
 MLA_API mla_status mla_decode_workspace_size(const mla_decode_args *args, int threads,
                                              int64_t *bytes);
 MLA_API mla_status mla_decode(const mla_decode_args *args, void *workspace,
@@ -511,30 +670,69 @@ MLA_API mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtyp
 
 /* The absorbed decode forward (§1.6) for Td = B*s_q tokens:
  * ql_nope[t,h] = q_nope[t,h] . W_UK_T[h]; latent attention of (ql_nope,
- * q_pe) over the cache; out[t, h*V + v] = o_lat[t,h] . W_UV[h]. q (t, h, d)
- * for d < P + R is q[t*q_token_stride + h*q_head_stride + d] in
- * attn.q_dtype, which out has too. The batched GEMMs run on libmla's own
- * kernels with f32 accumulation; as in vLLM, ql_nope and o_lat are kept in
- * the workspace in q's dtype. */
+ * q_pe) over the cache, as mla_decode with the same fields; out[t, h*V + v]
+ * = o_lat[t,h] . W_UV[h]. q (t, h, d) for d < P + R is
+ * q[t*q_token_stride + h*q_head_stride + d] in dtype, which out has too.
+ * The batched GEMMs run on libmla's own kernels with f32 accumulation; as
+ * in vLLM, ql_nope and o_lat are kept in the workspace in q's dtype. */
 typedef struct mla_decode_forward_args {
-    int64_t qk_nope_dim; /* P >= 1                                         */
-    int64_t v_head_dim;  /* V >= 1                                         */
-    const void *q;
+    int64_t num_reqs;     /* B >= 0                                         */
+    int64_t s_q;          /* query tokens per request, >= 1 (MTP: causal)   */
+    int64_t num_heads;    /* H >= 1                                         */
+    int64_t kv_lora_rank; /* L >= 1                                         */
+    int64_t rope_dim;     /* R >= 0; L + R = cache width                    */
+    int64_t qk_nope_dim;  /* P >= 1                                         */
+    int64_t v_head_dim;   /* V >= 1                                         */
+    float scale;          /* softmax scale on q.k (§1.4), finite            */
+    mla_dtype dtype;      /* of q and out: f32, bf16 or f16                 */
+    const void *q;        /* [Td, H, P + R]: q_nope then q_pe               */
     int64_t q_token_stride, q_head_stride;
     const void *w_uk_t, *w_uv; /* from mla_prepare_weights                  */
     mla_dtype w_dtype;         /* f32 or bf16                               */
-    void *out;                 /* [Td, H*V], head stride V                  */
+    void *out;                 /* [Td, H*V], head stride V; must not overlap
+                                  q, the weights or the cache (not checked) */
     int64_t out_token_stride;
-    /* the attention: sizes, scale, q dtype, cache, block table, seq_lens,
-     * lse and schedule; its q_nope, q_pe, out fields and strides are unused
-     * (leave them 0: the call points them into its workspace) */
-    mla_decode_args attn;
+    float *lse;                  /* [B, H, s_q] natural log, or NULL         */
+    const mla_kv_cache *cache;   /* any dtype; fp8 uses its scale            */
+    const int32_t *block_table;  /* [B, block_table_cols]                   */
+    int64_t block_table_cols;
+    const int32_t *seq_lens;     /* [B]: tokens in the cache, this step's included */
+    const mla_decode_sched_params *sched; /* as mla_decode_args.sched       */
+    bool bf16_compute;                    /* as mla_decode_args.bf16_compute */
 } mla_decode_forward_args;
 
+/* Reads shapes only, as mla_decode_workspace_size does: the sizes, dtype,
+ * w_dtype and sched (seq_lens in batch-invariant mode alone). */
 MLA_API mla_status mla_decode_forward_workspace_size(const mla_decode_forward_args *args,
                                                      int threads, int64_t *bytes);
 MLA_API mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspace,
                                       int64_t workspace_bytes, int threads);
+
+/* A server's limits, for one workspace allocated once for its lifetime. */
+typedef struct mla_decode_limits {
+    int64_t max_reqs;     /* decode requests in a call, >= 0                 */
+    int64_t max_s_q;      /* query tokens per request, >= 1                  */
+    int64_t max_seq_len;  /* seq_lens entries, >= 0 (read in batch-invariant
+                             mode only: max_model_len will do)             */
+    int64_t num_heads, kv_lora_rank, rope_dim; /* H, L, R as in the calls   */
+    /* P and V of mla_decode_forward, or both 0 when only mla_decode runs */
+    int64_t qk_nope_dim, v_head_dim;
+    mla_dtype q_dtype;    /* mla_decode's q_dtype, the forward's dtype       */
+    int max_threads;      /* <= 0: mla_default_threads() now                 */
+    const mla_decode_sched_params *sched; /* the calls' sched (NULL: none)  */
+} mla_decode_limits;
+
+/* Bytes of workspace that suffice for every mla_decode (and, with P and V,
+ * mla_decode_forward) call within lim: num_reqs <= max_reqs, s_q <=
+ * max_s_q, every seq_lens entry <= max_seq_len, the same heads, L, R,
+ * q dtype and sched (in batch-invariant mode the same block_n and
+ * split_blocks, and num_parts no greater), and threads resolving to at
+ * most max_threads' count (see mla_default_threads; threads <= 0 counts as
+ * mla_default_threads()): *bytes >= what mla_decode_workspace_size and
+ * mla_decode_forward_workspace_size give for any such call. The
+ * default schedule's workspace does not depend on the lengths; a
+ * batch-invariant one grows with them (a partial row per split). */
+MLA_API mla_status mla_decode_workspace_bound(const mla_decode_limits *lim, int64_t *bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Prefill kernels (§1.7, §4), through the MLA_OP_PREFILL backend            */
@@ -549,10 +747,13 @@ MLA_API mla_status mla_decode_forward(const mla_decode_forward_args *args, void 
  * [S, R] row per key, shared by every head (MLA's layout, never
  * materialised): k(s, h) = [k_nope(s, h) | k_pe(s)]. Causal masks are
  * bottom-right aligned: query i of a request with n_q queries and n_k keys
- * sees keys j <= n_k - n_q + i. Out gets the softmax(scale * q.k)-weighted
- * sum of v in the inputs' dtype; lse, if not NULL, [H, T] f32 natural log
- * (lse[h*T + t]), -inf (and out 0) for a row that sees no key. The result
- * does not depend on the thread count. */
+ * sees keys j <= n_k - n_q + i; the keys it may not see take no part in
+ * its result, so an inf or NaN there reaches only the queries that see it.
+ * Out gets the softmax(scale * q.k)-weighted sum of v in the inputs' dtype;
+ * lse, if not NULL, [H, T] f32 natural log (lse[h*T + t]), -inf (and out 0)
+ * for a row that sees no key. inf and NaN in what a row sees go through
+ * the plain arithmetic (docs/semantics.md §8). The result does not depend
+ * on the thread count. */
 #define MLA_FLASH_ATTN_MAX_DIM 256
 
 typedef struct mla_flash_attn_args {
@@ -564,7 +765,7 @@ typedef struct mla_flash_attn_args {
     bool causal;
     float scale;       /* softmax scale on q.k, finite (§1.4)               */
     mla_dtype dtype;   /* of q, k, k_pe, v and out: f32, bf16 or f16        */
-    int64_t total_q, total_k;    /* T and S                                 */
+    int64_t total_q, total_k;    /* T and S (T within int32)               */
     const int32_t *cu_seqlens_q; /* [B+1]: 0, non-decreasing, last T        */
     const int32_t *cu_seqlens_k; /* [B+1]: 0, non-decreasing, last S        */
     const void *q;
@@ -703,7 +904,8 @@ typedef enum mla_prefill_path {
  * is q[t*q_token_stride + h*q_head_stride + d], d < P + R (q_nope then
  * q_pe); kv_c [T, L] and k_pe [T, R] are the new tokens' latent rows as
  * written to the cache. out[t*out_token_stride + h*V + v] gets the result
- * in dtype. */
+ * in dtype. A request's length, context_lens[r] + its new tokens, must fit
+ * int32 (as vLLM's seq_lens; else MLA_ERR_OVERFLOW). */
 typedef struct mla_prefill_args {
     int64_t num_prefills;  /* requests >= 0                                  */
     int64_t num_tokens;    /* T, the new tokens of all of them               */
@@ -763,8 +965,13 @@ MLA_API mla_prefill_path mla_prefill_choose_path(const mla_prefill_args *args, i
 
 MLA_API mla_status mla_prefill_workspace_size(const mla_prefill_args *args, int threads,
                                               int64_t *bytes);
-/* Every argument, the plan against the batch and every block id the call
- * will read are checked before anything is written. */
+/* Every argument, the plan against the batch, every block id the call
+ * will read and the backend of every step (a forced one that cannot run a
+ * step fails the call) are checked before anything is written. The
+ * workspace must not share a byte with any other buffer of the call (q,
+ * kv_c, k_pe, out, the weights, the cache, the plan's workspace, the index
+ * arrays): the call rejects one that does, as its steps would only after
+ * earlier steps had written. */
 MLA_API mla_status mla_prefill(const mla_prefill_args *args, void *workspace,
                                int64_t workspace_bytes, int threads);
 

@@ -66,6 +66,11 @@ MLA_API void mla_set_cpu_reader(mla_cpu_reader reader);
 /* Micro-kernel signatures                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* The ops hand kernels callers' tensors, which may start at any byte
+ * (mla.h), through these element pointers: a kernel reads and writes them
+ * with unaligned vector loads and stores or memcpy, never by dereferencing
+ * a float or uint16_t pointer (C leaves that undefined off its alignment). */
+
 /* Conversions round to nearest even and keep infinities and denormals; NaNs
  * stay NaN (quieted, except bf16 -> f32, a pure shift). */
 typedef void mla_cvt_bf16_f32_fn(const uint16_t *src, float *dst, int64_t n);
@@ -149,7 +154,7 @@ typedef void mla_interleave_u16_fn(uint16_t *dst, const uint16_t *even, const ui
                                    int64_t n);
 /* Rows to columns, 32 bits at a time: dst[p * ld + r] = word p of rows[r]
  * for r < m, p < n, copied bit for bit (a word is an f32, or a pair of
- * 16-bit values; rows need only 2-byte alignment). How every attention
+ * 16-bit values). How every attention
  * route packs its queries: query rows become the scores GEMM's columns.
  * dst must not overlap the rows; nothing else of dst is written. */
 typedef void mla_transpose_u32_fn(uint32_t *dst, int64_t ld, const void *const *rows, int64_t m,
@@ -282,7 +287,10 @@ typedef struct mla_backend_desc {
 } mla_backend_desc;
 
 /* Number of backends known (built-in that are compiled in, plus
- * registered), and the i-th in priority order. */
+ * registered), and the i-th in priority order. A descriptor these functions
+ * or mla_select_backend give stays valid and unchanged for the life of the
+ * process, even once a registration has replaced or moved it in the
+ * order. */
 MLA_API int mla_backend_count(void);
 MLA_API const mla_backend_desc *mla_backend_at(int index);
 /* NULL if no backend has that name. */
@@ -304,7 +312,16 @@ MLA_API const char *mla_backend_route(const char *name, const mla_config *cfg);
  * The descriptor and its strings are copied. NULL base kernels inherit
  * ref's; a NULL route kernel means the backend has no such route.
  * desc->size must be at least the size of the first version's descriptor
- * and at most sizeof(mla_backend_desc). */
+ * and at most sizeof(mla_backend_desc).
+ * Safe while ops run on other threads, and against other registrations: an
+ * op selects its backend once, from the registry as it stands then, and
+ * runs on that backend's kernels to its end; ops that start after this
+ * returns see the new registry. A replaced backend's descriptor and kernels
+ * stay readable for the ops still running on them, so the registry never
+ * reuses an entry: at most 32 backends are listed at once, and a process
+ * makes at most 64 registrations (overrides included); past either limit
+ * this fails with MLA_ERR_CAPACITY and changes nothing.
+ * (mla_force_backend, by contrast, is not to be called while ops run.) */
 MLA_API mla_status mla_register_backend(const mla_backend_desc *desc, bool override);
 
 #ifdef __cplusplus

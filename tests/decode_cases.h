@@ -37,6 +37,12 @@
  *     quantized inputs as the library (weights rounded to w_dtype, the cache
  *     as mla_concat_and_cache stored it, q in its dtype), so input
  *     quantization needs no allowance.
+ *   Large logits (test_numerics.c: |lse| up to 1e4): the lse is an f32,
+ *     rounded at its own magnitude (2^-24 |lse| a rounding), so every lse
+ *     bound adds LSE_REL_TOL |lse|. A request the schedule may split (any
+ *     schedule but one part) weighs its partials by e^(lse_i - m) from
+ *     those f32 partial lses: a weight's relative error reaches
+ *     2^-23 |lse|, so its out bound adds LSE_REL_TOL |lse| max|V|.
  *   lse, mla_decode_forward: 1e-4 plus, for 16-bit q, a per-row bound on
  *     the shift from rounding ql_nope: to first order dlse = scale *
  *     sum_l dql_l o_lat_l with |dql_l| <= u |ql_l|, standard deviation
@@ -62,8 +68,14 @@
 #define GUARD 0xab
 #define MARGIN 64 /* guard bytes before and after every output buffer */
 #define LSE_TOL 1e-4
+#define LSE_REL_TOL 0x1p-22 /* of |lse| (two f32 roundings) */
 /* The out tolerance above, relative to max|V|, for `len` keys. */
 double case_out_tol(mla_dtype q_dtype, int64_t len);
+
+/* Whether got is the oracle's want: within tol of a finite want; NaN for
+ * NaN and the same infinity for an infinity (inputs holding inf or NaN,
+ * docs/semantics.md §8). */
+bool case_close(double want, double got, double tol);
 
 extern const mla_dtype case_q_dtypes[3];     /* f32, bf16, f16      */
 extern const mla_dtype case_cache_dtypes[5]; /* those and both fp8s */
@@ -90,6 +102,10 @@ void *case_random_kvb(mla_dtype dtype, int64_t n, double amp);
 /* ---- running ----------------------------------------------------------------- */
 
 mla_config case_config_of(const mla_decode_args *a);
+mla_config case_config_of_forward(const mla_decode_forward_args *f);
+/* Forward args with a's attention (sizes, scale, dtype, cache, block table,
+ * seq_lens, lse, sched, bf16_compute); P, V, q, weights and out left 0. */
+mla_decode_forward_args case_forward_of(const mla_decode_args *a);
 /* mla_decode / mla_decode_forward with a workspace of exactly the queried
  * size, ws_misalign bytes past a 64-byte boundary, guard bytes right outside
  * it (checked after the call); returns the call's status. */
@@ -157,9 +173,18 @@ typedef struct dcase {
 void dspec_edge_lens(dspec *s);
 /* Random rows in the cache and q; the oracle's answers if with_oracle. */
 void dcase_make(dcase *c, const dspec *s, bool with_oracle);
+/* The oracle's answers (again, after the cache or q changed), and max|V|
+ * and max|K| (the whole row) per request over their finite values. */
+void dcase_oracle(dcase *c);
 void dcase_free(dcase *c);
 /* Checksum of the cache and q (compared with inputs_sum). */
 uint64_t dcase_inputs_checksum(const dcase *c);
+/* Element d (< L + R) of query row (t, h), through the case's q pointers
+ * and strides, = x as q's dtype stores it. */
+void dcase_store_q(dcase *c, int64_t t, int64_t h, int64_t d, float x);
+/* The case's inputs changed (a test wrote into q or the cache): the
+ * checksum and the oracle again. */
+void dcase_inputs_changed(dcase *c);
 void dcase_reset_outputs(dcase *c);
 /* Outputs reset, then mla_decode (as case_run_decode); fails, naming
  * `backend`, unless it succeeds. */
@@ -205,6 +230,10 @@ void fcase_check(const fcase *c, const char *backend);
 void fcase_print_accuracy(void);
 
 /* ---- suites ------------------------------------------------------------------------ */
+
+/* Appends to a case's label (size: its array's) what a test did to it. */
+void case_label_add(char *label, size_t size, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* A failed test leaves its forced backend behind: every test starts clean. */
 int case_unforce(void **state);

@@ -61,20 +61,26 @@ static void *junk_buffer(const fa_spec *s, int64_t elems, size_t *bytes)
     return p;
 }
 
-/* Random values into a view's elements (the gaps keep their junk); their
- * exact values, widened, into dense [tokens, H, width] floats at `dense`
- * (row stride dense_width, starting at column dense_col). */
+/* Random values into a view's elements (the gaps keep their junk). */
 static void fill_view(const fa_spec *s, void *p, int64_t tokens, int64_t H, int64_t width,
-                      int64_t ts, int64_t hs, float *dense, int64_t dense_width, int64_t dense_col)
+                      int64_t ts, int64_t hs)
 {
     for (int64_t t = 0; t < tokens; t++)
         for (int64_t h = 0; h < H; h++)
-            for (int64_t d = 0; d < width; d++) {
-                int64_t at = t * ts + h * hs + d;
-                case_put_random(s->dtype, p, at);
+            for (int64_t d = 0; d < width; d++)
+                case_put_random(s->dtype, p, t * ts + h * hs + d);
+}
+
+/* A view's exact values, widened, into dense [tokens, H, width] floats at
+ * `dense` (row stride dense_width, starting at column dense_col). */
+static void widen_view(const fa_spec *s, const void *p, int64_t tokens, int64_t H, int64_t width,
+                       int64_t ts, int64_t hs, float *dense, int64_t dense_width, int64_t dense_col)
+{
+    for (int64_t t = 0; t < tokens; t++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t d = 0; d < width; d++)
                 dense[(t * H + h) * dense_width + dense_col + d] =
-                    oracle_load(s->dtype, p, at, 1.0f);
-            }
+                    oracle_load(s->dtype, p, t * ts + h * hs + d, 1.0f);
 }
 
 int64_t fa_visible(bool causal, int64_t n_q, int64_t n_k, int64_t i)
@@ -110,10 +116,13 @@ void fa_reset_outputs(fa_case *c)
 
 /* The plain way, in double, from the widened inputs: qf [T, H, Dqk],
  * kf [S, H, Dqk] (k_pe already appended to every head), vf [S, H, Dv]. */
-static void fa_oracle(fa_case *c, const float *qf, const float *kf, const float *vf)
+static void oracle_of(fa_case *c, const float *qf, const float *kf, const float *vf)
 {
     const fa_spec *s = &c->s;
     const int64_t H = s->H, Dqk = s->qk_dim, Dv = s->v_dim, T = c->T;
+    free(c->want_out);
+    free(c->want_lse);
+    free(c->max_v);
     c->want_out = calloc((size_t)(T * H * Dv + 1), sizeof(double));
     c->want_lse = malloc(sizeof(double) * (size_t)(H * T + 1));
     c->max_v = calloc((size_t)s->num_seqs + 1, sizeof(double));
@@ -123,8 +132,8 @@ static void fa_oracle(fa_case *c, const float *qf, const float *kf, const float 
     double *logit = malloc(sizeof(double) * (size_t)most);
     for (int64_t b = 0; b < s->num_seqs; b++) {
         const int64_t n_q = s->q_lens[b], n_k = s->k_lens[b], q0 = c->cu_q[b], k0 = c->cu_k[b];
-        for (int64_t x = k0 * H * Dv; x < (k0 + n_k) * H * Dv; x++)
-            c->max_v[b] = fabs(vf[x]) > c->max_v[b] ? fabs(vf[x]) : c->max_v[b];
+        for (int64_t x = k0 * H * Dv; x < (k0 + n_k) * H * Dv; x++) /* finite values */
+            c->max_v[b] = fabs(vf[x]) > c->max_v[b] && isfinite(vf[x]) ? fabs(vf[x]) : c->max_v[b];
         for (int64_t i = 0; i < n_q; i++) {
             const int64_t t = q0 + i, n = fa_visible(s->causal, n_q, n_k, i);
             for (int64_t h = 0; h < H; h++) {
@@ -135,6 +144,7 @@ static void fa_oracle(fa_case *c, const float *qf, const float *kf, const float 
                 }
                 const float *qr = qf + (t * H + h) * Dqk;
                 double m = -INFINITY;
+                bool empty = true;
                 for (int64_t j = 0; j < n; j++) {
                     const float *kr = kf + ((k0 + j) * H + h) * Dqk;
                     double dot = 0.0;
@@ -142,6 +152,11 @@ static void fa_oracle(fa_case *c, const float *qf, const float *kf, const float 
                         dot += (double)qr[d] * (double)kr[d];
                     logit[j] = (double)s->scale * dot;
                     m = logit[j] > m ? logit[j] : m;
+                    empty = empty && logit[j] == -INFINITY;
+                }
+                if (empty) { /* every logit -inf: no weight anywhere */
+                    c->want_lse[h * T + t] = -INFINITY;
+                    continue;
                 }
                 double sum = 0.0;
                 for (int64_t j = 0; j < n; j++) {
@@ -158,6 +173,26 @@ static void fa_oracle(fa_case *c, const float *qf, const float *kf, const float 
         }
     }
     free(logit);
+}
+
+void fa_oracle(fa_case *c)
+{
+    const fa_spec *s = &c->s;
+    const mla_flash_attn_args *a = &c->args;
+    const int64_t T = c->T, S = c->S, H = s->H, Dqk = s->qk_dim, Dv = s->v_dim, R = s->rope_dim;
+    const int64_t nope = Dqk - R;
+    float *qf = malloc(sizeof(float) * (size_t)(T * H * Dqk + 1));
+    float *kf = malloc(sizeof(float) * (size_t)(S * H * Dqk + 1));
+    float *vf = malloc(sizeof(float) * (size_t)(S * H * Dv + 1));
+    widen_view(s, a->q, T, H, Dqk, a->q_token_stride, a->q_head_stride, qf, Dqk, 0);
+    widen_view(s, a->k, S, H, nope, a->k_token_stride, a->k_head_stride, kf, Dqk, 0);
+    for (int64_t h = 0; h < H && R > 0; h++) /* one k_pe row per key, in every head */
+        widen_view(s, a->k_pe, S, 1, R, a->k_pe_token_stride, 0, kf + h * Dqk, H * Dqk, nope);
+    widen_view(s, a->v, S, H, Dv, a->v_token_stride, a->v_head_stride, vf, Dv, 0);
+    oracle_of(c, qf, kf, vf);
+    free(qf);
+    free(kf);
+    free(vf);
 }
 
 /* ---- building a case ------------------------------------------------------------------ */
@@ -196,31 +231,22 @@ void fa_make(fa_case *c, const fa_spec *s, bool with_oracle)
                                .rope_dim = R, .causal = s->causal, .scale = s->scale,
                                .dtype = s->dtype, .total_q = T, .total_k = S,
                                .cu_seqlens_q = c->cu_q, .cu_seqlens_k = c->cu_k};
-    /* the inputs, each widened into the oracle's dense copy */
-    float *qf = malloc(sizeof(float) * (size_t)(T * H * Dqk + 1));
-    float *kf = malloc(sizeof(float) * (size_t)(S * H * Dqk + 1));
-    float *vf = malloc(sizeof(float) * (size_t)(S * H * Dv + 1));
     int64_t elems;
     layout_strides(s->layout, T, H, Dqk, &a->q_token_stride, &a->q_head_stride, &elems);
     c->q = junk_buffer(s, elems, &c->q_bytes);
-    fill_view(s, c->q, T, H, Dqk, a->q_token_stride, a->q_head_stride, qf, Dqk, 0);
+    fill_view(s, c->q, T, H, Dqk, a->q_token_stride, a->q_head_stride);
     layout_strides(s->layout, S, H, nope, &a->k_token_stride, &a->k_head_stride, &elems);
     c->k = junk_buffer(s, elems, &c->k_bytes);
-    fill_view(s, c->k, S, H, nope, a->k_token_stride, a->k_head_stride, kf, Dqk, 0);
+    fill_view(s, c->k, S, H, nope, a->k_token_stride, a->k_head_stride);
     a->k_pe_token_stride = R + (s->layout == FA_DENSE ? 0 : 3);
     c->k_pe = junk_buffer(s, S * a->k_pe_token_stride, &c->kpe_bytes);
-    if (R > 0) {
-        /* one row per key, shared: its exact values go into every head */
-        fill_view(s, c->k_pe, S, 1, R, a->k_pe_token_stride, 0, kf, H * Dqk, nope);
-        for (int64_t j = 0; j < S; j++)
-            for (int64_t h = 1; h < H; h++)
-                memcpy(kf + (j * H + h) * Dqk + nope, kf + j * H * Dqk + nope,
-                       sizeof(float) * (size_t)R);
+    if (R > 0) { /* one row per key, shared by the heads */
+        fill_view(s, c->k_pe, S, 1, R, a->k_pe_token_stride, 0);
         a->k_pe = c->k_pe;
     }
     layout_strides(s->layout, S, H, Dv, &a->v_token_stride, &a->v_head_stride, &elems);
     c->v = junk_buffer(s, elems, &c->v_bytes);
-    fill_view(s, c->v, S, H, Dv, a->v_token_stride, a->v_head_stride, vf, Dv, 0);
+    fill_view(s, c->v, S, H, Dv, a->v_token_stride, a->v_head_stride);
     a->q = c->q;
     a->k = c->k;
     a->v = c->v;
@@ -236,10 +262,7 @@ void fa_make(fa_case *c, const fa_spec *s, bool with_oracle)
     c->inputs_sum = fa_inputs_checksum(c);
     fa_label(c);
     if (with_oracle)
-        fa_oracle(c, qf, kf, vf);
-    free(qf);
-    free(kf);
-    free(vf);
+        fa_oracle(c);
 }
 
 void fa_free(fa_case *c)
@@ -301,8 +324,8 @@ void fa_check(const fa_case *c, const char *backend)
                 for (int64_t e = 0; e < Dv; e++) {
                     float got = oracle_load(s->dtype, a->out, at + e, 1.0f);
                     double want = c->want_out[(t * H + h) * Dv + e];
-                    double err = fabs((double)got - want);
-                    if (n == 0 ? got != 0.0f : !(err <= tol))
+                    double err = isfinite(want) ? fabs((double)got - want) : 0.0;
+                    if (n == 0 ? got != 0.0f : !case_close(want, got, tol))
                         fail_msg("%s: %s: request %lld (%lld queries, %lld keys) query %lld "
                                  "(sees %lld keys) head %lld: out[%lld] = %.9g, want %.9g "
                                  "(|err| %.3g > %.3g)", backend, c->label, (long long)b,
@@ -316,8 +339,10 @@ void fa_check(const fa_case *c, const char *backend)
                 if (!a->lse)
                     continue;
                 float got = a->lse[h * T + t];
-                double want = c->want_lse[h * T + t], err = fabs((double)got - want);
-                if (n == 0 ? !(isinf(got) && got < 0) : !(err <= LSE_TOL))
+                double want = c->want_lse[h * T + t];
+                double err = isfinite(want) ? fabs((double)got - want) : 0.0;
+                double lse_tol = LSE_TOL + (isfinite(want) ? LSE_REL_TOL * fabs(want) : 0.0);
+                if (n == 0 ? !(isinf(got) && got < 0) : !case_close(want, got, lse_tol))
                     fail_msg("%s: %s: request %lld (%lld queries, %lld keys) query %lld (sees "
                              "%lld keys) head %lld: lse %.9g, want %.9g", backend, c->label,
                              (long long)b, (long long)n_q, (long long)n_k, (long long)i,

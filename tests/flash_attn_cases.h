@@ -11,7 +11,10 @@
  * scale * sum_d q(t,h,d) k(s,h,d) in double from the stored values (bf16 and
  * f16 widened exactly; k(s,h,d) for d >= Dqk - R is k_pe(s, d - Dqk + R)),
  * softmax in double, out = sum_j p_j v(j,h,:), lse = natural log of the sum
- * of exp(logit). A row that sees no key gets out 0 and lse -inf.
+ * of exp(logit). A row that sees no key, or whose every logit is -inf,
+ * gets out 0 and lse -inf. Non-finite inputs go through the plain IEEE
+ * arithmetic (docs/semantics.md §8); the checks want NaN where it gives
+ * NaN and the same infinity where it gives one.
  *
  * Tolerances mirror decode_cases.h (its derivations hold with Dqk <= 256):
  *   out: |got - oracle| <= tol * max|v| of the request (over its keys and
@@ -19,7 +22,9 @@
  *     products, f32 softmax and sums), 1e-2 for bf16 and 2e-3 for f16 (out
  *     rounded to the dtype, and P rounded to it on the half-precision
  *     routes: each <= u of max|v|). A row that sees no key must be exactly 0.
- *   lse: 1e-4 absolute for every dtype; exactly -inf for a row with no key.
+ *   lse: 1e-4 absolute for every dtype, plus LSE_REL_TOL |lse| (its own f32
+ *     rounding, which large logits make felt); exactly -inf for a row with
+ *     no key.
  */
 #ifndef MLA_TEST_FLASH_ATTN_CASES_H
 #define MLA_TEST_FLASH_ATTN_CASES_H
@@ -77,6 +82,9 @@ int64_t fa_visible(bool causal, int64_t n_q, int64_t n_k, int64_t i);
 /* Builds the case (random inputs, junk gaps, guard-filled outputs) and, if
  * with_oracle, the oracle's answers. */
 void fa_make(fa_case *c, const fa_spec *s, bool with_oracle);
+/* The oracle's answers from the inputs as they are now (again, after a
+ * test changed them); max|v| per request over its finite values. */
+void fa_oracle(fa_case *c);
 void fa_free(fa_case *c);
 void fa_reset_outputs(fa_case *c);
 uint64_t fa_inputs_checksum(const fa_case *c);

@@ -1,5 +1,6 @@
 #include "oracle.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,15 +237,20 @@ static int64_t visible_keys(int64_t len, int64_t s_q, int64_t i)
     return n < 0 ? 0 : n > len ? len : n;
 }
 
-/* Logits x[0..n) -> softmax weights in place; returns the log-sum-exp
- * (-inf for n == 0). */
+/* Logits x[0..n) -> softmax weights in place; returns the log-sum-exp.
+ * -inf for an empty row: n == 0, or every logit -inf (then the caller
+ * leaves the output 0 and reads no value row). NaN and +inf logits go
+ * through the plain arithmetic: the row comes out NaN. */
 static double softmax(double *x, int64_t n)
 {
-    if (n == 0)
-        return -INFINITY;
     double m = -INFINITY, sum = 0.0;
-    for (int64_t j = 0; j < n; j++)
+    bool empty = true;
+    for (int64_t j = 0; j < n; j++) {
         m = x[j] > m ? x[j] : m;
+        empty = empty && x[j] == -INFINITY;
+    }
+    if (empty)
+        return -INFINITY;
     for (int64_t j = 0; j < n; j++) {
         x[j] = exp(x[j] - m);
         sum += x[j];
@@ -296,6 +302,8 @@ void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse)
                 const int64_t j1 = j0 + JB < n ? j0 + JB : n;
                 for (int64_t h = 0; h < H; h++) {
                     double *o = out + (t * H + h) * L;
+                    if (lse[(b * H + h) * a->s_q + i] == -INFINITY)
+                        continue; /* empty */
                     for (int64_t j = j0; j < j1; j++)
                         for (int64_t l = 0; l < L; l++)
                             o[l] += p[h * len + j] * rows[j * D + l];
@@ -312,7 +320,7 @@ void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse)
 void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj, double *out,
                        double *lse, double *o_lat)
 {
-    const mla_decode_args *a = &f->attn;
+    const mla_decode_forward_args *a = f;
     const int64_t H = a->num_heads, L = a->kv_lora_rank, R = a->rope_dim, D = L + R;
     const int64_t P = f->qk_nope_dim, V = f->v_head_dim;
     const mla_kv_cache *c = a->cache;
@@ -347,7 +355,7 @@ void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj,
             const int64_t t = b * a->s_q + i, n = visible_keys(len, a->s_q, i);
             for (int64_t h = 0; h < H; h++) {
                 for (int64_t d = 0; d < P + R; d++)
-                    q[d] = oracle_load(a->q_dtype, f->q, t * f->q_token_stride + h * f->q_head_stride + d,
+                    q[d] = oracle_load(a->dtype, f->q, t * f->q_token_stride + h * f->q_head_stride + d,
                                        1.0f);
                 for (int64_t j = 0; j < n; j++) {
                     double dot = 0.0;
@@ -358,17 +366,18 @@ void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj,
                     p[j] = (double)a->scale * dot;
                 }
                 lse[(b * H + h) * a->s_q + i] = softmax(p, n);
+                const int64_t seen = lse[(b * H + h) * a->s_q + i] == -INFINITY ? 0 : n;
                 double *o = out + t * H * V + h * V;
                 for (int64_t e = 0; e < V; e++)
                     o[e] = 0.0;
-                for (int64_t j = 0; j < n; j++)
+                for (int64_t j = 0; j < seen; j++)
                     for (int64_t e = 0; e < V; e++)
                         o[e] += p[j] * v[(j * H + h) * V + e];
                 if (o_lat) {
                     double *ol = o_lat + (t * H + h) * L;
                     for (int64_t l = 0; l < L; l++)
                         ol[l] = 0.0;
-                    for (int64_t j = 0; j < n; j++)
+                    for (int64_t j = 0; j < seen; j++)
                         for (int64_t l = 0; l < L; l++)
                             ol[l] += p[j] * rows[j * D + l];
                 }
@@ -381,4 +390,14 @@ void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj,
         free(rows);
     }
     free(q);
+}
+
+double oracle_exp_ulp_error(float x, float got)
+{
+    double exact = exp((double)x);
+    if (isinf(got))
+        return exact > FLT_MAX ? 0.0 : INFINITY;
+    float near = (float)exact;
+    double ulp = near < FLT_MIN ? 0x1p-149 : (double)nextafterf(near, INFINITY) - near;
+    return fabs((double)got - exact) / ulp;
 }

@@ -76,7 +76,9 @@ int64_t oracle_cache_row(const mla_kv_cache *cache, int64_t blk, int64_t off);
  * the fp8 scale), softmax, o = sum_j p_j row_j[0:L]. q is read through a's
  * pointers, strides and q_dtype; a->out, a->lse and a->sched are not used.
  * out [Td, H, L] dense; lse [B, H, s_q] (natural log of the scaled logits);
- * a row that sees no key gets 0 and -inf. */
+ * a row that sees no key, or whose every logit is -inf, gets 0 and -inf.
+ * Keys a query may not see are never read; inf and NaN in what it reads go
+ * through the plain IEEE arithmetic (docs/semantics.md §8). */
 void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse);
 
 /* The non-absorbed MLA of docs/semantics.md §1.7 item 7 for the decode tokens of f:
@@ -84,11 +86,15 @@ void oracle_decode_latent(const mla_decode_args *a, double *out, double *lse);
  * cache row's latent c_j = row_j[0:L] with kv_b_proj [H*(P+V), L] (f32,
  * row-major: rows h*(P+V) .. +P-1 are W_k[h], the next V rows W_v[h]);
  * logits scale * (q_nope . k_nope + q_pe . row_j[L:L+R]), causal as above.
- * q (t, h, d < P+R) is read through f->q, its strides and f->attn.q_dtype.
+ * q (t, h, d < P+R) is read through f->q, its strides and f->dtype.
  * out [Td, H*V] dense; lse [B, H, s_q]; rows that see no key get 0, -inf.
  * o_lat (NULL: not wanted) [Td, H, L] gets sum_j p_j c_j with the same
  * softmax weights, the latent output (for error bounds, not checking). */
 void oracle_decode_mha(const mla_decode_forward_args *f, const float *kv_b_proj, double *out,
                        double *lse, double *o_lat);
+
+/* |got - e^x| in units of the float spacing at e^x (an infinite got is
+ * exact where e^x overflows float). */
+double oracle_exp_ulp_error(float x, float got);
 
 #endif

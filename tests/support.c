@@ -2,9 +2,12 @@
 
 #include "dispatch/dispatch.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* CPUID.1:ECX FMA, SSE4.2, OSXSAVE, AVX, F16C */
 #define ECX1_AVX_CLASS ((1u << 12) | (1u << 20) | (1u << 27) | (1u << 28) | (1u << 29))
@@ -75,6 +78,7 @@ static void fake_reader(mla_cpu_raw *raw)
 
 static const char *const mla_env_vars[] = {
     "MLA_MAX_ISA", "MLA_CONVERT_BACKEND", "MLA_DECODE_BACKEND", "MLA_PREFILL_BACKEND", "MLA_LOG",
+    "MLA_VERBOSE",
 };
 
 void support_use_cpu(const mla_cpu_raw *raw)
@@ -192,4 +196,61 @@ void support_expect_c(const char *who, const char *what, int64_t m, int64_t n, i
         fail_msg("%s %s: wrote element %lld of C's buffer outside the submatrix", who, what,
                  (long long)e);
     }
+}
+
+void support_expect_reject(const char *entry, const char *bad_input, mla_status got,
+                           mla_status want, const char *needle)
+{
+    if (got != want)
+        fail_msg("%s, %s: %s, want %s (\"%s\")", entry, bad_input, mla_status_str(got),
+                 mla_status_str(want), mla_last_error());
+    if (mla_last_error()[0] == '\0')
+        fail_msg("%s, %s: %s with an empty mla_last_error()", entry, bad_input,
+                 mla_status_str(got));
+    if (needle && !strstr(mla_last_error(), needle))
+        fail_msg("%s, %s: the message \"%s\" does not say \"%s\"", entry, bad_input,
+                 mla_last_error(), needle);
+    support_note_reject(entry, bad_input, want);
+}
+
+void support_note_reject(const char *entry, const char *bad_input, mla_status status)
+{
+    const char *path = getenv("TEST_REJECT_TABLE");
+    if (!path || !path[0])
+        return;
+    if (!bad_input[0] || strpbrk(entry, "\t\n") || strpbrk(bad_input, "\t\n"))
+        fail_msg("a rejected input's row needs words without tabs or newlines: \"%s\", \"%s\"",
+                 entry, bad_input);
+    char line[512];
+    int len = snprintf(line, sizeof line, "%s\t%s\t%s\n", entry, bad_input, mla_status_str(status));
+    if (len < 0 || (size_t)len >= sizeof line)
+        fail_msg("%s, %s: the row is too long for the table", entry, bad_input);
+    /* one write to a file opened for appending: rows of concurrent tests
+     * and suites never interleave */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0)
+        fail_msg("TEST_REJECT_TABLE=%s: %s", path, strerror(errno));
+    ssize_t wrote = write(fd, line, (size_t)len);
+    close(fd);
+    if (wrote != len)
+        fail_msg("TEST_REJECT_TABLE=%s: short write", path);
+}
+
+const char *support_unfit_backend(void)
+{
+    static const char name[] = "unfit";
+    if (mla_backend_find(name))
+        return name;
+    const mla_backend_desc d = {
+        .size = sizeof d,
+        .name = name,
+        .isa = "ref",
+        .priority = -1,
+        .ops = 1u << MLA_OP_DECODE | 1u << MLA_OP_PREFILL,
+        .cache_dtypes = (1u << MLA_DTYPE_COUNT) - 1,
+    };
+    mla_status st = mla_register_backend(&d, false);
+    if (st != MLA_OK)
+        fail_msg("registering %s: %s: %s", name, mla_status_str(st), mla_last_error());
+    return name;
 }

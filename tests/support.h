@@ -1,4 +1,5 @@
-/* Shared test helpers: fake CPUs, a clean library state, backend loops. */
+/* Shared test helpers: fake CPUs, a clean library state, backend loops, the
+ * check of a rejected call. */
 #ifndef MLA_TEST_SUPPORT_H
 #define MLA_TEST_SUPPORT_H
 
@@ -62,5 +63,34 @@ void support_expect_ran(const mla_backend_desc *b);
  * submatrix and the guard bits everywhere else. */
 void support_expect_c(const char *who, const char *what, int64_t m, int64_t n, int64_t ldc,
                       int64_t c_len, const float *want, const float *got);
+
+/* ---- rejected calls ---------------------------------------------------------
+ *
+ * README.md's table of rejected input is made from the reject tests
+ * themselves: every one notes (entry point, bad input, status), and
+ * tools/reject_table.sh renders the notes of a run of every suite (make
+ * reject-table; make test fails where README.md's table is not that). */
+
+/* Fails unless got is want with a message (mla_last_error()) that holds
+ * needle (NULL: any message), naming entry and bad_input; then notes the
+ * case as support_note_reject does. The suite checks its own outputs'
+ * guard bytes and its inputs. */
+void support_expect_reject(const char *entry, const char *bad_input, mla_status got,
+                           mla_status want, const char *needle);
+
+/* Notes that `entry` rejects `bad_input` with `status`: when the environment
+ * variable TEST_REJECT_TABLE names a file, appends the line
+ * "entry<TAB>bad_input<TAB>status name" to it. bad_input says in a few words
+ * what was wrong, as an integrator would look it up ("block_size 0",
+ * "cu_seqlens_q decreasing"), the same for every backend and CPU: a case
+ * tried once per backend notes the same row each time. */
+void support_note_reject(const char *entry, const char *bad_input, mla_status status);
+
+/* A backend that runs on any CPU but takes no q dtype, registered (with
+ * ref's kernels and the lowest priority) unless the library state has it:
+ * forcing it makes every decode and prefill call fail with
+ * MLA_ERR_BACKEND_INVALID, so that refusal is tested whatever backends this
+ * CPU has. Returns its name. */
+const char *support_unfit_backend(void);
 
 #endif

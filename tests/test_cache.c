@@ -381,11 +381,13 @@ typedef struct bad_env {
     int64_t slots[4];
     int32_t block_table[2 * 4], cu[3], starts[2], tts[16];
     mla_gather_spec spec;
+    const char *entry; /* the entry point the test calls */
 } bad_env;
 
-static void bad_env_init(bad_env *e)
+static void bad_env_init(bad_env *e, const char *entry)
 {
     memset(e, 0, sizeof *e);
+    e->entry = entry;
     e->t = make_cache(MLA_DTYPE_BF16, 4, 4, 10, 0); /* 16 slots, width 8 + 2 */
     e->cache_sum = oracle_checksum(e->t.c.data, e->t.bytes);
     for (int i = 0; i < 32; i++)
@@ -402,12 +404,12 @@ static void bad_env_init(bad_env *e)
                                 .cu_seq_lens = e->cu, .seq_starts = e->starts};
 }
 
-/* The call failed with `status`, said `needle`, and wrote nothing. */
-static void expect_rejected(bad_env *e, mla_status got, mla_status status, const char *needle)
+/* The call, given `bad_input`, failed with `status`, said `needle`, and
+ * wrote nothing. */
+static void expect_rejected(bad_env *e, const char *bad_input, mla_status got, mla_status status,
+                            const char *needle)
 {
-    if (got != status)
-        fail_msg("status %s, want %s (%s)", mla_status_str(got), mla_status_str(status), needle);
-    assert_true(support_contains(mla_last_error(), needle));
+    support_expect_reject(e->entry, bad_input, got, status, needle);
     assert_true(oracle_checksum(e->t.c.data, e->t.bytes) == e->cache_sum);
     for (size_t i = 0; i < sizeof e->dst; i++)
         assert_int_equal(((unsigned char *)e->dst)[i], FILL);
@@ -422,7 +424,8 @@ static void test_write_rejects(void **state)
 {
     (void)state;
     bad_env e;
-    bad_env_init(&e);
+    bad_env_init(&e, "mla_concat_and_cache");
+    const mla_dtype F32 = MLA_DTYPE_F32;
     mla_kv_cache c = e.t.c;
     /* the good call works (then restore the cache and its checksum) */
     void *saved = copy_of(c.data, e.t.bytes);
@@ -432,57 +435,79 @@ static void test_write_rejects(void **state)
     free(saved);
 
     e.slots[3] = 16; /* the last token's slot is one past the end: nothing at all is written */
-    expect_rejected(&e, write_with(&e, &c, 8, 2), MLA_ERR_OUT_OF_RANGE,
+    expect_rejected(&e, "slot_mapping entry one past the cache's slots", write_with(&e, &c, 8, 2),
+                    MLA_ERR_OUT_OF_RANGE,
                     "slot_mapping[3] = 16 is at or past num_blocks x block_size = 16");
     e.slots[3] = INT64_MAX;
-    expect_rejected(&e, write_with(&e, &c, 8, 2), MLA_ERR_OUT_OF_RANGE, "slot_mapping[3]");
+    expect_rejected(&e, "slot_mapping entry INT64_MAX", write_with(&e, &c, 8, 2),
+                    MLA_ERR_OUT_OF_RANGE, "slot_mapping[3]");
     e.slots[3] = 15;
-    expect_rejected(&e, write_with(&e, &c, 8, 3), MLA_ERR_INVALID_ARGUMENT,
+    expect_rejected(&e, "kv_lora_rank + rope_dim not the cache width", write_with(&e, &c, 8, 3),
+                    MLA_ERR_INVALID_ARGUMENT,
                     "kv_lora_rank + rope_dim = 8 + 3 is not the cache width 10");
-    expect_rejected(&e, write_with(&e, &c, 11, -1), MLA_ERR_INVALID_ARGUMENT, "rope_dim -1");
-    expect_rejected(&e, write_with(&e, &c, 0, 10), MLA_ERR_INVALID_ARGUMENT, "kv_lora_rank 0");
-    expect_rejected(&e, write_with(&e, NULL, 8, 2), MLA_ERR_INVALID_ARGUMENT, "cache is NULL");
-    expect_rejected(&e, mla_concat_and_cache(&c, NULL, 8, e.k_pe, 2, MLA_DTYPE_F32, 8, 2, e.slots, 4, 1),
+    expect_rejected(&e, "rope_dim -1", write_with(&e, &c, 11, -1), MLA_ERR_INVALID_ARGUMENT,
+                    "rope_dim -1");
+    expect_rejected(&e, "kv_lora_rank 0", write_with(&e, &c, 0, 10), MLA_ERR_INVALID_ARGUMENT,
+                    "kv_lora_rank 0");
+    expect_rejected(&e, "cache NULL", write_with(&e, NULL, 8, 2), MLA_ERR_INVALID_ARGUMENT,
+                    "cache is NULL");
+    expect_rejected(&e, "kv_c NULL",
+                    mla_concat_and_cache(&c, NULL, 8, e.k_pe, 2, F32, 8, 2, e.slots, 4, 1),
                     MLA_ERR_INVALID_ARGUMENT, "kv_c is NULL");
-    expect_rejected(&e, mla_concat_and_cache(&c, e.kv_c, 8, NULL, 2, MLA_DTYPE_F32, 8, 2, e.slots, 4, 1),
+    expect_rejected(&e, "k_pe NULL",
+                    mla_concat_and_cache(&c, e.kv_c, 8, NULL, 2, F32, 8, 2, e.slots, 4, 1),
                     MLA_ERR_INVALID_ARGUMENT, "k_pe is NULL");
-    expect_rejected(&e, mla_concat_and_cache(&c, e.kv_c, 8, e.k_pe, 2, MLA_DTYPE_F32, 8, 2, NULL, 4, 1),
+    expect_rejected(&e, "slot_mapping NULL",
+                    mla_concat_and_cache(&c, e.kv_c, 8, e.k_pe, 2, F32, 8, 2, NULL, 4, 1),
                     MLA_ERR_INVALID_ARGUMENT, "slot_mapping is NULL");
-    expect_rejected(&e, mla_concat_and_cache(&c, e.kv_c, 7, e.k_pe, 2, MLA_DTYPE_F32, 8, 2, e.slots, 4, 1),
+    expect_rejected(&e, "kv_c_stride below kv_lora_rank",
+                    mla_concat_and_cache(&c, e.kv_c, 7, e.k_pe, 2, F32, 8, 2, e.slots, 4, 1),
                     MLA_ERR_INVALID_ARGUMENT, "kv_c row stride 7 < row width 8");
-    expect_rejected(&e, mla_concat_and_cache(&c, e.kv_c, INT64_MAX / 2, e.k_pe, 2, MLA_DTYPE_F32, 8, 2,
-                                             e.slots, 4, 1), MLA_ERR_OVERFLOW, "kv_c of 4 rows");
-    expect_rejected(&e, mla_concat_and_cache(&c, e.kv_c, 8, e.k_pe, 2, MLA_DTYPE_FP8_E4M3, 8, 2, e.slots, 4, 1),
+    expect_rejected(&e, "kv_c_stride whose span passes int64",
+                    mla_concat_and_cache(&c, e.kv_c, INT64_MAX / 2, e.k_pe, 2, F32, 8, 2, e.slots,
+                                         4, 1),
+                    MLA_ERR_OVERFLOW, "kv_c of 4 rows");
+    expect_rejected(&e, "src_dtype fp8_e4m3",
+                    mla_concat_and_cache(&c, e.kv_c, 8, e.k_pe, 2, MLA_DTYPE_FP8_E4M3, 8, 2,
+                                         e.slots, 4, 1),
                     MLA_ERR_UNSUPPORTED, "source dtype fp8_e4m3");
-    expect_rejected(&e, mla_concat_and_cache(&c, e.kv_c, 8, e.k_pe, 2, MLA_DTYPE_F32, 8, 2, e.slots, -1, 1),
+    expect_rejected(&e, "num_tokens -1",
+                    mla_concat_and_cache(&c, e.kv_c, 8, e.k_pe, 2, F32, 8, 2, e.slots, -1, 1),
                     MLA_ERR_INVALID_ARGUMENT, "num_tokens -1");
 
     /* a bad cache descriptor */
     mla_kv_cache bad = c;
     bad.data = NULL;
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT, "cache data is NULL");
+    expect_rejected(&e, "cache data NULL", write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT,
+                    "cache data is NULL");
     bad = c;
     bad.block_size = 0;
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT, "block_size 0");
+    expect_rejected(&e, "cache block_size 0", write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT,
+                    "block_size 0");
     bad = c;
     bad.entry_stride = 9;
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT, "cache rows overlap");
+    expect_rejected(&e, "cache entry_stride below width (rows overlap)", write_with(&e, &bad, 8, 2),
+                    MLA_ERR_INVALID_ARGUMENT, "cache rows overlap");
     bad = c;
     bad.block_stride = 39; /* one short of 4 rows of 10 */
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT, "cache rows overlap");
+    expect_rejected(&e, "cache block_stride below block_size x width (blocks overlap)",
+                    write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT, "cache rows overlap");
     bad = c;
     bad.num_blocks = INT64_MAX / 8;
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_OVERFLOW, "overflows");
+    expect_rejected(&e, "cache bytes past int64", write_with(&e, &bad, 8, 2), MLA_ERR_OVERFLOW,
+                    "overflows");
     bad = c;
     bad.dtype = MLA_DTYPE_COUNT;
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_UNSUPPORTED, "not an mla_dtype");
+    expect_rejected(&e, "cache dtype not an mla_dtype", write_with(&e, &bad, 8, 2),
+                    MLA_ERR_UNSUPPORTED, "not an mla_dtype");
     bad = c;
     bad.dtype = MLA_DTYPE_FP8_E4M3; /* same bytes viewed as fp8, with no scale */
     bad.scale = 0.0f;
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT,
+    expect_rejected(&e, "fp8 cache scale 0", write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT,
                     "fp8_e4m3 cache scale 0 is not finite and > 0");
     bad.scale = INFINITY;
-    expect_rejected(&e, write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT, "is not finite");
+    expect_rejected(&e, "fp8 cache scale inf", write_with(&e, &bad, 8, 2), MLA_ERR_INVALID_ARGUMENT,
+                    "is not finite");
     free(c.data);
 }
 
@@ -495,7 +520,7 @@ static void test_gather_rejects(void **state)
 {
     (void)state;
     bad_env e;
-    bad_env_init(&e);
+    bad_env_init(&e, "mla_gather_cache");
     mla_gather_spec s = e.spec;
     assert_int_equal(gather_with(&e, &s, 16), MLA_OK); /* rows 10..15 map past request 0: skipped */
     for (int i = 10 * 10; i < 16 * 10; i++)
@@ -503,45 +528,60 @@ static void test_gather_rejects(void **state)
     memset(e.dst, FILL, sizeof e.dst);
 
     e.block_table[5] = 4; /* request 1, column 1 (positions 4..7): one past num_blocks */
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_OUT_OF_RANGE,
-                    "block_table[1][1] = 4 is outside [0, 4)");
+    expect_rejected(&e, "block_table id past num_blocks", gather_with(&e, &s, 16),
+                    MLA_ERR_OUT_OF_RANGE, "block_table[1][1] = 4 is outside [0, 4)");
     e.block_table[5] = -1;
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_OUT_OF_RANGE, "block_table[1][1] = -1");
+    expect_rejected(&e, "block_table id -1", gather_with(&e, &s, 16), MLA_ERR_OUT_OF_RANGE,
+                    "block_table[1][1] = -1");
     e.block_table[5] = 1;
     s.block_table_cols = 1; /* request 0 has 6 rows: needs 2 columns */
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_OUT_OF_RANGE,
+    expect_rejected(&e, "block_table_cols too few for a request", gather_with(&e, &s, 16),
+                    MLA_ERR_OUT_OF_RANGE,
                     "request 0 position 4 needs block_table column 1, past block_table_cols 1");
     s = e.spec;
     e.starts[1] = 13; /* positions 13..16: column 4 of a 4-column row */
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_OUT_OF_RANGE, "request 1 position 16");
+    expect_rejected(&e, "seq_starts + length past the block table row", gather_with(&e, &s, 16),
+                    MLA_ERR_OUT_OF_RANGE, "request 1 position 16");
     e.starts[1] = -2;
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT, "seq_starts[1] = -2 < 0");
+    expect_rejected(&e, "seq_starts -2", gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT,
+                    "seq_starts[1] = -2 < 0");
     e.starts[1] = 2;
     e.tts[3] = 2;
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_OUT_OF_RANGE, "token_to_seq[3] = 2 is outside [0, 2)");
+    expect_rejected(&e, "token_to_seq entry past num_reqs", gather_with(&e, &s, 16),
+                    MLA_ERR_OUT_OF_RANGE, "token_to_seq[3] = 2 is outside [0, 2)");
     e.tts[3] = 1; /* row 3 claims request 1, which starts at row 6 */
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT,
+    expect_rejected(&e, "token_to_seq row before its request's cu_seq_lens",
+                    gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT,
                     "row 3 maps to request 1, which starts at cu_seq_lens[1] = 6");
     e.tts[3] = 0;
-    expect_rejected(&e, mla_gather_cache(&e.t.c, &s, NULL, 16, e.dst, MLA_DTYPE_F32, 10, 1),
+    expect_rejected(&e, "token_to_seq NULL",
+                    mla_gather_cache(&e.t.c, &s, NULL, 16, e.dst, MLA_DTYPE_F32, 10, 1),
                     MLA_ERR_INVALID_ARGUMENT, "token_to_seq is NULL");
-    expect_rejected(&e, mla_gather_cache(&e.t.c, &s, e.tts, 16, NULL, MLA_DTYPE_F32, 10, 1),
+    expect_rejected(&e, "dst NULL",
+                    mla_gather_cache(&e.t.c, &s, e.tts, 16, NULL, MLA_DTYPE_F32, 10, 1),
                     MLA_ERR_INVALID_ARGUMENT, "dst is NULL");
-    expect_rejected(&e, mla_gather_cache(&e.t.c, &s, e.tts, 16, e.dst, MLA_DTYPE_F32, 9, 1),
+    expect_rejected(&e, "dst_stride below the cache width",
+                    mla_gather_cache(&e.t.c, &s, e.tts, 16, e.dst, MLA_DTYPE_F32, 9, 1),
                     MLA_ERR_INVALID_ARGUMENT, "dst row stride 9 < row width 10");
-    expect_rejected(&e, mla_gather_cache(&e.t.c, &s, e.tts, 16, e.dst, MLA_DTYPE_FP8_E5M2, 10, 1),
+    expect_rejected(&e, "dst_dtype fp8_e5m2",
+                    mla_gather_cache(&e.t.c, &s, e.tts, 16, e.dst, MLA_DTYPE_FP8_E5M2, 10, 1),
                     MLA_ERR_UNSUPPORTED, "workspace dtype fp8_e5m2");
-    expect_rejected(&e, mla_gather_cache(&e.t.c, NULL, e.tts, 16, e.dst, MLA_DTYPE_F32, 10, 1),
+    expect_rejected(&e, "spec NULL",
+                    mla_gather_cache(&e.t.c, NULL, e.tts, 16, e.dst, MLA_DTYPE_F32, 10, 1),
                     MLA_ERR_INVALID_ARGUMENT, "spec is NULL");
-    expect_rejected(&e, gather_with(&e, &s, -1), MLA_ERR_INVALID_ARGUMENT, "num_tokens -1 < 0");
+    expect_rejected(&e, "num_tokens -1", gather_with(&e, &s, -1), MLA_ERR_INVALID_ARGUMENT,
+                    "num_tokens -1 < 0");
     s.cu_seq_lens = NULL;
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT, "cu_seq_lens is NULL");
+    expect_rejected(&e, "cu_seq_lens NULL", gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT,
+                    "cu_seq_lens is NULL");
     s = e.spec;
     s.block_table = NULL;
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT, "block_table is NULL");
+    expect_rejected(&e, "block_table NULL", gather_with(&e, &s, 16), MLA_ERR_INVALID_ARGUMENT,
+                    "block_table is NULL");
     s = e.spec;
     s.block_table_cols = INT64_MAX / 2 + 1;
-    expect_rejected(&e, gather_with(&e, &s, 16), MLA_ERR_OVERFLOW, "block_table of 2 x");
+    expect_rejected(&e, "block_table size past int64", gather_with(&e, &s, 16), MLA_ERR_OVERFLOW,
+                    "block_table of 2 x");
     free(e.t.c.data);
 }
 
@@ -549,37 +589,89 @@ static void test_cp_gather_rejects(void **state)
 {
     (void)state;
     bad_env e;
-    bad_env_init(&e);
+    bad_env_init(&e, "mla_cp_gather_cache");
     mla_gather_spec s = e.spec;
     assert_int_equal(mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1), MLA_OK); /* bf16: 20 halves a row */
     memset(e.dst, FILL, sizeof e.dst);
     e.block_table[1] = 7; /* request 0, rows 4..5 */
-    expect_rejected(&e, mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1), MLA_ERR_OUT_OF_RANGE,
+    expect_rejected(&e, "block_table id past num_blocks",
+                    mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1), MLA_ERR_OUT_OF_RANGE,
                     "block_table[0][1] = 7 is outside [0, 4)");
     e.block_table[1] = 2;
     e.cu[1] = 11; /* decreasing */
-    expect_rejected(&e, mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1), MLA_ERR_INVALID_ARGUMENT,
-                    "cu_seq_lens[2] = 10 < cu_seq_lens[1] = 11");
+    expect_rejected(&e, "cu_seq_lens decreasing", mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1),
+                    MLA_ERR_INVALID_ARGUMENT, "cu_seq_lens[2] = 10 < cu_seq_lens[1] = 11");
     e.cu[1] = 6;
     e.cu[0] = -1;
-    expect_rejected(&e, mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1), MLA_ERR_INVALID_ARGUMENT,
-                    "cu_seq_lens[0] = -1 < 0");
+    expect_rejected(&e, "cu_seq_lens[0] -1", mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1),
+                    MLA_ERR_INVALID_ARGUMENT, "cu_seq_lens[0] = -1 < 0");
     e.cu[0] = 0;
     e.starts[0] = 11; /* positions 11..16 */
-    expect_rejected(&e, mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1), MLA_ERR_OUT_OF_RANGE,
+    expect_rejected(&e, "seq_starts + length past the block table row",
+                    mla_cp_gather_cache(&e.t.c, &s, e.dst, 20, 1), MLA_ERR_OUT_OF_RANGE,
                     "request 0 position 16 needs block_table column 4");
     e.starts[0] = 0;
-    expect_rejected(&e, mla_cp_gather_cache(&e.t.c, &s, e.dst, 9, 1), MLA_ERR_INVALID_ARGUMENT,
+    expect_rejected(&e, "dst_stride below the cache width",
+                    mla_cp_gather_cache(&e.t.c, &s, e.dst, 9, 1), MLA_ERR_INVALID_ARGUMENT,
                     "dst row stride 9 < row width 10");
-    expect_rejected(&e, mla_cp_gather_cache(&e.t.c, &s, NULL, 10, 1), MLA_ERR_INVALID_ARGUMENT,
-                    "dst is NULL");
+    expect_rejected(&e, "dst NULL", mla_cp_gather_cache(&e.t.c, &s, NULL, 10, 1),
+                    MLA_ERR_INVALID_ARGUMENT, "dst is NULL");
     free(e.t.c.data);
+}
+
+/* A block of one row, or a dst of one row, has any row stride: only a
+ * second row would lie a stride away. Gathers over such a cache and into
+ * such a dst copy the right rows and never scale a stride to bytes (past
+ * int64_t here: the suites under -fsanitize=undefined see it). */
+static void one_row_strides_on(const mla_backend_desc *b, void *ctx)
+{
+    (void)ctx;
+    enum { W = 6 };
+    const int64_t huge = INT64_MAX / 2;
+    float rows[2 * W];
+    for (int i = 0; i < 2 * W; i++)
+        rows[i] = (float)(i + 1) / 8.0f;
+    /* 2 blocks of 1 row, W elements apart; the entry stride is never used */
+    const mla_kv_cache c = {.data = rows, .dtype = MLA_DTYPE_F32, .num_blocks = 2, .block_size = 1,
+                            .width = W, .block_stride = W, .entry_stride = huge, .scale = 1.0f};
+    const int32_t table[2] = {1, 0}, cu[2] = {0, 2}, one[2] = {0, 1}, t2s[2] = {0, 0};
+    const mla_gather_spec two_rows = {.block_table = table, .block_table_cols = 2, .num_reqs = 1,
+                                      .cu_seq_lens = cu};
+    const mla_gather_spec one_row = {.block_table = table, .block_table_cols = 2, .num_reqs = 1,
+                                     .cu_seq_lens = one};
+    float dst[2 * W];
+    uint16_t half[W];
+    assert_int_equal(mla_gather_cache(&c, &two_rows, t2s, 2, dst, MLA_DTYPE_F32, W, 1), MLA_OK);
+    support_expect_ran(b);
+    assert_memory_equal(dst, rows + W, W * sizeof(float));
+    assert_memory_equal(dst + W, rows, W * sizeof(float));
+    memset(dst, 0, sizeof dst);
+    assert_int_equal(mla_cp_gather_cache(&c, &two_rows, dst, W, 1), MLA_OK);
+    assert_memory_equal(dst, rows + W, W * sizeof(float));
+    assert_memory_equal(dst + W, rows, W * sizeof(float));
+    /* one dst row: its stride is never used either */
+    memset(dst, 0, sizeof dst);
+    assert_int_equal(mla_gather_cache(&c, &one_row, t2s, 1, dst, MLA_DTYPE_F32, huge, 2), MLA_OK);
+    assert_memory_equal(dst, rows + W, W * sizeof(float));
+    assert_int_equal(mla_gather_cache(&c, &one_row, t2s, 1, half, MLA_DTYPE_BF16, huge, 1), MLA_OK);
+    for (int i = 0; i < W; i++)
+        assert_int_equal(half[i], oracle_narrow16(&ORACLE_BF16, rows[W + i]));
+    memset(dst, 0, sizeof dst);
+    assert_int_equal(mla_cp_gather_cache(&c, &one_row, dst, huge, 1), MLA_OK);
+    assert_memory_equal(dst, rows + W, W * sizeof(float));
+}
+
+static void test_one_row_strides(void **state)
+{
+    (void)state;
+    assert_true(support_each_backend(MLA_OP_CONVERT, NULL, one_row_strides_on, NULL) >= 1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_backend),
+        cmocka_unit_test(test_one_row_strides),
         cmocka_unit_test(test_gather_chunk_plan),
         cmocka_unit_test(test_write_rejects),
         cmocka_unit_test(test_gather_rejects),

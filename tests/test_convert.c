@@ -227,15 +227,54 @@ static void check_fp8_tails(const format8 *f, const char *backend)
     }
 }
 
-/* |got - e^x| in units of the float spacing at e^x. */
-static double exp_ulp_error(float x, float got)
+/* Callers' buffers may start at any byte (mla.h): each conversion with src
+ * and dst 1 and 3 bytes past an element boundary (vector bodies and tails)
+ * gives the bytes of the aligned call and writes nothing else. */
+static void check_byte_offsets(const char *backend)
 {
-    double exact = exp((double)x);
-    if (isinf(got))
-        return exact > FLT_MAX ? 0.0 : INFINITY;
-    float near = (float)exact;
-    double ulp = near < FLT_MIN ? 0x1p-149 : (double)nextafterf(near, INFINITY) - near;
-    return fabs((double)got - exact) / ulp;
+    enum { N = 67, GUARD = 16 };
+    static const mla_dtype narrow[] = {MLA_DTYPE_BF16, MLA_DTYPE_F16, MLA_DTYPE_FP8_E4M3,
+                                       MLA_DTYPE_FP8_E5M2};
+    float src[N], back[N];
+    for (int i = 0; i < N; i++)
+        src[i] = (float)(i - 30) * 1.37f;
+    for (size_t d = 0; d < sizeof narrow / sizeof narrow[0]; d++) {
+        const mla_dtype dtype = narrow[d];
+        const float scale = mla_dtype_size(dtype) == 1 ? 0.37f : 1.0f;
+        const size_t size = (size_t)mla_dtype_size(dtype);
+        unsigned char codes[N * 2], in[N * 4 + 3], out[N * 4 + 2 * GUARD];
+        assert_int_equal(mla_convert_scaled(dtype, codes, MLA_DTYPE_F32, src, N, scale, 1), MLA_OK);
+        assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, back, dtype, codes, N, scale, 1), MLA_OK);
+        for (int shift = 1; shift <= 3; shift += 2) {
+            for (int n = 0; n <= N; n++) {
+                /* f32 -> dtype */
+                memcpy(in + shift, src, sizeof src);
+                memset(out, 0xab, sizeof out);
+                assert_int_equal(mla_convert_scaled(dtype, out + GUARD + shift, MLA_DTYPE_F32,
+                                                    in + shift, n, scale, 1), MLA_OK);
+                assert_string_equal(mla_last_backend(), backend);
+                for (size_t i = 0; i < sizeof out; i++) {
+                    size_t at = i - GUARD - (size_t)shift;
+                    bool inside = i >= GUARD + (size_t)shift && at < (size_t)n * size;
+                    if (out[i] != (inside ? codes[at] : 0xab))
+                        fail_msg("%s: f32 -> %s, n %d, %d bytes off: byte %zu wrong or guard "
+                                 "touched", backend, mla_dtype_name(dtype), n, shift, i);
+                }
+                /* dtype -> f32 */
+                memcpy(in + shift, codes, (size_t)N * size);
+                memset(out, 0xab, sizeof out);
+                assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, out + GUARD + shift, dtype,
+                                                    in + shift, n, scale, 1), MLA_OK);
+                for (size_t i = 0; i < sizeof out; i++) {
+                    size_t at = i - GUARD - (size_t)shift;
+                    bool inside = i >= GUARD + (size_t)shift && at < (size_t)n * sizeof(float);
+                    if (out[i] != (inside ? ((const unsigned char *)back)[at] : 0xab))
+                        fail_msg("%s: %s -> f32, n %d, %d bytes off: byte %zu wrong or guard "
+                                 "touched", backend, mla_dtype_name(dtype), n, shift, i);
+                }
+            }
+        }
+    }
 }
 
 static void check_exp(const char *backend)
@@ -252,7 +291,7 @@ static void check_exp(const char *backend)
     assert_string_equal(mla_last_backend(), backend);
     double worst = 0.0;
     for (int i = 0; i < N; i++) {
-        double err = exp_ulp_error(x[i], got[i]);
+        double err = oracle_exp_ulp_error(x[i], got[i]);
         if (err > 1.0)
             fail_msg("%s: exp(%a) = %a, error %.3f ulp > 1", backend, (double)x[i], (double)got[i], err);
         worst = err > worst ? err : worst;
@@ -289,6 +328,7 @@ static void check_backend(const mla_backend_desc *backend, void *ctx)
     check_fp8(&ORACLE_E5M2, name);
     check_fp8_tails(&ORACLE_E4M3, name);
     check_fp8_tails(&ORACLE_E5M2, name);
+    check_byte_offsets(name);
     check_exp(name);
     print_message("[ BACKEND  ] %s: bf16/f16/fp8 conversions bit-exact, exp within 1 ulp\n", name);
 }
@@ -309,30 +349,47 @@ static void test_bad_input(void **state)
     uint16_t h[8];
     memset(dst, 0x5a, sizeof dst);
     memset(h, 0x5a, sizeof h);
-    assert_int_equal(mla_convert(MLA_DTYPE_BF16, h, MLA_DTYPE_F32, src, -1, 1), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "n = -1 < 0"));
-    assert_int_equal(mla_convert(MLA_DTYPE_BF16, NULL, MLA_DTYPE_F32, src, 8, 1), MLA_ERR_INVALID_ARGUMENT);
-    assert_int_equal(mla_convert(MLA_DTYPE_BF16, h, MLA_DTYPE_F32, NULL, 8, 1), MLA_ERR_INVALID_ARGUMENT);
-    assert_int_equal(mla_convert(MLA_DTYPE_F16, h, MLA_DTYPE_BF16, h, 4, 1), MLA_ERR_UNSUPPORTED);
-    assert_true(support_contains(mla_last_error(), "bf16 -> f16 not supported"));
-    assert_int_equal(mla_convert(MLA_DTYPE_FP8_E4M3, h, MLA_DTYPE_BF16, src, 4, 1), MLA_ERR_UNSUPPORTED);
-    static const float bad_scales[] = {0.0f, -1.0f, INFINITY, NAN, -0.0f};
-    for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++) {
-        assert_int_equal(mla_convert_scaled(MLA_DTYPE_FP8_E4M3, h, MLA_DTYPE_F32, src, 4, bad_scales[i], 1),
-                         MLA_ERR_INVALID_ARGUMENT);
-        assert_true(support_contains(mla_last_error(), "is not finite and > 0"));
-    }
-    assert_int_equal(mla_convert_scaled(MLA_DTYPE_BF16, h, MLA_DTYPE_F32, src, 4, 2.0f, 1),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "only fp8 conversions are scaled"));
-    assert_int_equal(mla_convert(MLA_DTYPE_BF16, (uint16_t *)src + 2, MLA_DTYPE_F32, src, 4, 1),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "overlap"));
-    assert_int_equal(mla_convert(MLA_DTYPE_BF16, h, MLA_DTYPE_F32, src, INT64_MAX / 2, 1), MLA_ERR_OVERFLOW);
-    assert_int_equal(mla_exp_f32(dst, src, -3, 1), MLA_ERR_INVALID_ARGUMENT);
-    assert_int_equal(mla_exp_f32(NULL, src, 3, 1), MLA_ERR_INVALID_ARGUMENT);
-    assert_int_equal(mla_exp_f32(src + 1, src, 4, 1), MLA_ERR_INVALID_ARGUMENT);
-    assert_int_equal(mla_exp_f32(dst, src, INT64_MAX / 2, 1), MLA_ERR_OVERFLOW);
+    const mla_dtype F32 = MLA_DTYPE_F32, BF16 = MLA_DTYPE_BF16, E4M3 = MLA_DTYPE_FP8_E4M3;
+    const mla_status INVALID = MLA_ERR_INVALID_ARGUMENT, UNSUPPORTED = MLA_ERR_UNSUPPORTED;
+    support_expect_reject("mla_convert", "n -1", mla_convert(BF16, h, F32, src, -1, 1), INVALID,
+                          "n = -1 < 0");
+    support_expect_reject("mla_convert", "dst NULL", mla_convert(BF16, NULL, F32, src, 8, 1),
+                          INVALID, "NULL dst");
+    support_expect_reject("mla_convert", "src NULL", mla_convert(BF16, h, F32, NULL, 8, 1), INVALID,
+                          "NULL src");
+    support_expect_reject("mla_convert", "bf16 to f16 (neither side f32)",
+                          mla_convert(MLA_DTYPE_F16, h, BF16, h, 4, 1), UNSUPPORTED,
+                          "bf16 -> f16 not supported");
+    support_expect_reject("mla_convert", "bf16 to fp8_e4m3 (neither side f32)",
+                          mla_convert(E4M3, h, BF16, src, 4, 1), UNSUPPORTED, "not supported");
+    static const struct {
+        float scale;
+        const char *bad_input;
+    } bad_scales[] = {
+        {0.0f, "fp8 scale 0"},  {-1.0f, "fp8 scale -1"}, {INFINITY, "fp8 scale inf"},
+        {NAN, "fp8 scale NaN"}, {-0.0f, "fp8 scale -0"},
+    };
+    for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++)
+        support_expect_reject("mla_convert_scaled", bad_scales[i].bad_input,
+                              mla_convert_scaled(E4M3, h, F32, src, 4, bad_scales[i].scale, 1),
+                              INVALID, "is not finite and > 0");
+    support_expect_reject("mla_convert_scaled", "scale 2 without an fp8 side",
+                          mla_convert_scaled(BF16, h, F32, src, 4, 2.0f, 1), INVALID,
+                          "only fp8 conversions are scaled");
+    support_expect_reject("mla_convert", "dst overlapping src",
+                          mla_convert(BF16, (uint16_t *)src + 2, F32, src, 4, 1), INVALID,
+                          "overlap");
+    support_expect_reject("mla_convert", "n whose bytes pass int64",
+                          mla_convert(BF16, h, F32, src, INT64_MAX / 2, 1), MLA_ERR_OVERFLOW,
+                          "overflows");
+    support_expect_reject("mla_exp_f32", "n -3", mla_exp_f32(dst, src, -3, 1), INVALID,
+                          "n = -3 < 0");
+    support_expect_reject("mla_exp_f32", "dst NULL", mla_exp_f32(NULL, src, 3, 1), INVALID,
+                          "NULL dst");
+    support_expect_reject("mla_exp_f32", "dst overlapping src one element off",
+                          mla_exp_f32(src + 1, src, 4, 1), INVALID, "partially overlap");
+    support_expect_reject("mla_exp_f32", "n whose bytes pass int64",
+                          mla_exp_f32(dst, src, INT64_MAX / 2, 1), MLA_ERR_OVERFLOW, "overflows");
     for (int i = 0; i < 8; i++) { /* nothing was written */
         assert_int_equal(h[i], 0x5a5a);
         assert_int_equal(oracle_f32_bits(dst[i]), 0x5a5a5a5au);
@@ -343,11 +400,36 @@ static void test_bad_input(void **state)
     assert_int_equal(mla_exp_f32(NULL, NULL, 0, 0), MLA_OK);
 }
 
+/* n = 0 is valid with NULL buffers (mla.h) and reaches no kernel, which
+ * would offset NULL by 0 (undefined; clang's -fsanitize=undefined sees it). */
+static void empty_on(const mla_backend_desc *b, void *ctx)
+{
+    (void)b;
+    (void)ctx;
+    static const mla_dtype narrow[] = {MLA_DTYPE_BF16, MLA_DTYPE_F16, MLA_DTYPE_FP8_E4M3,
+                                       MLA_DTYPE_FP8_E5M2};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(mla_convert(narrow[i], NULL, MLA_DTYPE_F32, NULL, 0, 1), MLA_OK);
+        assert_int_equal(mla_convert(MLA_DTYPE_F32, NULL, narrow[i], NULL, 0, 2), MLA_OK);
+        assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, NULL, narrow[i], NULL, 0,
+                                            i >= 2 ? 0.5f : 1.0f, 1),
+                         MLA_OK);
+    }
+    assert_int_equal(mla_exp_f32(NULL, NULL, 0, 1), MLA_OK);
+}
+
+static void test_empty_every_backend(void **state)
+{
+    (void)state;
+    assert_true(support_each_backend(MLA_OP_CONVERT, NULL, empty_on, NULL) >= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_backend),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_empty_every_backend),
     };
     return cmocka_run_group_tests_name("convert", tests, NULL, NULL);
 }

@@ -137,7 +137,7 @@ static void test_forward(void **state)
     for (int k = 0; k < COUNT(specs); k++) {
         fcase c;
         fcase_make(&c, &specs[k]);
-        mla_config cfg = case_config_of(&c.f.attn);
+        mla_config cfg = case_config_of_forward(&c.f);
         r.c = &c;
         r.ran = 0;
         support_each_backend(MLA_OP_DECODE, &cfg, run_forward_on, &r);

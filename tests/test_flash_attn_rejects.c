@@ -9,8 +9,9 @@
  * negative, zero or inconsistent sizes, offsets and strides, overlapping
  * outputs and a non-finite scale (as mla_decode and mla_prepare_weights
  * treat a zero width); MLA_ERR_UNSUPPORTED for a head dim past 256 and a
- * dtype other than f32, bf16, f16; MLA_ERR_OVERFLOW for spans past int64;
- * MLA_ERR_CAPACITY for a short workspace.
+ * dtype other than f32, bf16, f16; MLA_ERR_OVERFLOW for spans past int64
+ * and a total_q past int32 (in the workspace query too); MLA_ERR_CAPACITY
+ * for a short workspace.
  */
 #include "flash_attn_cases.h"
 
@@ -60,13 +61,13 @@ static bool says_all(const char *text, const char *needles)
     return true;
 }
 
-/* The call failed with `status` and a message naming the problem (every
- * word of `needles`, '&'-separated), and wrote nothing. Acceptance, an
- * empty message or a write fail at once; another status or a message
- * without the words is collected and reported at the end (env_finish), so
- * every case runs. */
-static void expect_rejected(reject_env *e, mla_status got, mla_status status, const char *needles,
-                            const char *what)
+/* The call, given `what` (the bad input), failed with `status` and a
+ * message naming the problem (every word of `needles`, '&'-separated), and
+ * wrote nothing. Acceptance, an empty message or a write fail at once;
+ * another status or a message without the words is collected and reported
+ * at the end (env_finish), so every case runs. */
+static void expect_rejected(reject_env *e, const char *what, mla_status got, mla_status status,
+                            const char *needles)
 {
     if (got == MLA_OK)
         fail_msg("%s: accepted, want %s (%s)", what, mla_status_str(status), needles);
@@ -85,6 +86,7 @@ static void expect_rejected(reject_env *e, mla_status got, mla_status status, co
         fail_msg("%s: an input changed", what);
     case_expect_guards(e->c.out_buf, e->c.out_bytes, "out after a rejected call");
     case_expect_guards(e->c.lse_buf, e->c.lse_bytes, "lse after a rejected call");
+    support_note_reject("mla_flash_attn_varlen", what, status);
 }
 
 static void env_finish(reject_env *e)
@@ -96,12 +98,12 @@ static void env_finish(reject_env *e)
                  "the problem:%s", e->mismatches, e->mismatch_text);
 }
 
-/* b: the good call's arguments but for one edit. */
-#define REJECT(edit, status, needles)                                                             \
-    do {                                                                                          \
-        b = e.c.args;                                                                             \
-        edit;                                                                                     \
-        expect_rejected(&e, call(&e, &b), status, needles, #edit);                                \
+/* b: the good call's arguments but for one edit, which bad_input names. */
+#define REJECT(bad_input, edit, status, needles)                                                   \
+    do {                                                                                           \
+        b = e.c.args;                                                                              \
+        edit;                                                                                      \
+        expect_rejected(&e, bad_input, call(&e, &b), status, needles);                             \
     } while (0)
 
 static const mla_status INVALID = MLA_ERR_INVALID_ARGUMENT, UNSUPPORTED = MLA_ERR_UNSUPPORTED;
@@ -162,20 +164,28 @@ static void test_offsets_rejected(void **state)
     fa_reset_outputs(&e.c);
     mla_flash_attn_args b;
     /* T = 5, S = 6 */
-    REJECT((b.cu_seqlens_q = (const int32_t[]){0, 6, 5}), INVALID, "cu_seqlens_q");
-    REJECT((b.cu_seqlens_q = (const int32_t[]){1, 3, 5}), INVALID, "cu_seqlens_q");
-    REJECT((b.cu_seqlens_q = (const int32_t[]){-1, 3, 5}), INVALID, "cu_seqlens_q");
-    REJECT((b.cu_seqlens_q = (const int32_t[]){0, 3, 4}), INVALID, "cu_seqlens_q");
-    REJECT((b.cu_seqlens_q = (const int32_t[]){0, 3, 6}), INVALID, "cu_seqlens_q");
-    REJECT(b.total_q = 6, INVALID, "cu_seqlens_q");
-    REJECT((b.cu_seqlens_k = (const int32_t[]){0, 7, 6}), INVALID, "cu_seqlens_k");
-    REJECT((b.cu_seqlens_k = (const int32_t[]){2, 4, 6}), INVALID, "cu_seqlens_k");
-    REJECT((b.cu_seqlens_k = (const int32_t[]){0, 4, 5}), INVALID, "cu_seqlens_k");
-    REJECT(b.total_k = 5, INVALID, "cu_seqlens_k");
-    REJECT(b.num_seqs = 0, INVALID, "cu_seqlens_q"); /* [0] is 0 but T = 5 */
-    REJECT(b.num_seqs = -1, INVALID, "num_seqs");
-    REJECT(b.total_q = -1, INVALID, "total_q");
-    REJECT(b.total_k = -1, INVALID, "total_k");
+    REJECT("cu_seqlens_q decreasing", (b.cu_seqlens_q = (const int32_t[]){0, 6, 5}), INVALID,
+           "cu_seqlens_q");
+    REJECT("cu_seqlens_q[0] 1", (b.cu_seqlens_q = (const int32_t[]){1, 3, 5}), INVALID,
+           "cu_seqlens_q");
+    REJECT("cu_seqlens_q[0] -1", (b.cu_seqlens_q = (const int32_t[]){-1, 3, 5}), INVALID,
+           "cu_seqlens_q");
+    REJECT("cu_seqlens_q ending before total_q", (b.cu_seqlens_q = (const int32_t[]){0, 3, 4}),
+           INVALID, "cu_seqlens_q");
+    REJECT("cu_seqlens_q ending past total_q", (b.cu_seqlens_q = (const int32_t[]){0, 3, 6}),
+           INVALID, "cu_seqlens_q");
+    REJECT("total_q past the end of cu_seqlens_q", b.total_q = 6, INVALID, "cu_seqlens_q");
+    REJECT("cu_seqlens_k decreasing", (b.cu_seqlens_k = (const int32_t[]){0, 7, 6}), INVALID,
+           "cu_seqlens_k");
+    REJECT("cu_seqlens_k[0] 2", (b.cu_seqlens_k = (const int32_t[]){2, 4, 6}), INVALID,
+           "cu_seqlens_k");
+    REJECT("cu_seqlens_k ending before total_k", (b.cu_seqlens_k = (const int32_t[]){0, 4, 5}),
+           INVALID, "cu_seqlens_k");
+    REJECT("total_k before the end of cu_seqlens_k", b.total_k = 5, INVALID, "cu_seqlens_k");
+    REJECT("num_seqs 0 with total_q 5", b.num_seqs = 0, INVALID, "cu_seqlens_q"); /* [0] = 0 */
+    REJECT("num_seqs -1", b.num_seqs = -1, INVALID, "num_seqs");
+    REJECT("total_q -1", b.total_q = -1, INVALID, "total_q");
+    REJECT("total_k -1", b.total_k = -1, INVALID, "total_k");
     env_finish(&e);
 }
 
@@ -188,32 +198,32 @@ static void test_pointers_and_dims_rejected(void **state)
     env_init(&e);
     fa_reset_outputs(&e.c);
     mla_flash_attn_args b;
-    expect_rejected(&e, call(&e, NULL), INVALID, "args", "args NULL");
-    REJECT(b.q = NULL, INVALID, "q");
-    REJECT(b.k = NULL, INVALID, "k");
-    REJECT(b.k_pe = NULL, INVALID, "k_pe"); /* rope_dim 2 */
-    REJECT(b.v = NULL, INVALID, "v");
-    REJECT(b.out = NULL, INVALID, "out");
-    REJECT(b.cu_seqlens_q = NULL, INVALID, "cu_seqlens_q");
-    REJECT(b.cu_seqlens_k = NULL, INVALID, "cu_seqlens_k");
-    REJECT(b.num_heads = 0, INVALID, "num_heads");
-    REJECT(b.num_heads = -3, INVALID, "num_heads");
+    expect_rejected(&e, "args NULL", call(&e, NULL), INVALID, "args");
+    REJECT("q NULL", b.q = NULL, INVALID, "q");
+    REJECT("k NULL", b.k = NULL, INVALID, "k");
+    REJECT("k_pe NULL with rope_dim 2", b.k_pe = NULL, INVALID, "k_pe"); /* rope_dim 2 */
+    REJECT("v NULL", b.v = NULL, INVALID, "v");
+    REJECT("out NULL", b.out = NULL, INVALID, "out");
+    REJECT("cu_seqlens_q NULL", b.cu_seqlens_q = NULL, INVALID, "cu_seqlens_q");
+    REJECT("cu_seqlens_k NULL", b.cu_seqlens_k = NULL, INVALID, "cu_seqlens_k");
+    REJECT("num_heads 0", b.num_heads = 0, INVALID, "num_heads");
+    REJECT("num_heads -3", b.num_heads = -3, INVALID, "num_heads");
     /* head dims: 0 is a bad size, past 256 an unsupported one */
-    REJECT((b.qk_dim = 0, b.rope_dim = 0), INVALID, "qk_dim");
-    REJECT(b.qk_dim = -1, INVALID, "qk_dim");
-    REJECT(b.v_dim = 0, INVALID, "v_dim");
-    REJECT(b.qk_dim = 257, UNSUPPORTED, "qk_dim");
-    REJECT(b.v_dim = 257, UNSUPPORTED, "v_dim");
-    REJECT(b.rope_dim = 6, INVALID, "rope_dim"); /* = qk_dim */
-    REJECT(b.rope_dim = 7, INVALID, "rope_dim");
-    REJECT(b.rope_dim = -1, INVALID, "rope_dim");
+    REJECT("qk_dim 0", (b.qk_dim = 0, b.rope_dim = 0), INVALID, "qk_dim");
+    REJECT("qk_dim -1", b.qk_dim = -1, INVALID, "qk_dim");
+    REJECT("v_dim 0", b.v_dim = 0, INVALID, "v_dim");
+    REJECT("qk_dim 257", b.qk_dim = 257, UNSUPPORTED, "qk_dim");
+    REJECT("v_dim 257", b.v_dim = 257, UNSUPPORTED, "v_dim");
+    REJECT("rope_dim equal to qk_dim", b.rope_dim = 6, INVALID, "rope_dim"); /* = qk_dim */
+    REJECT("rope_dim past qk_dim", b.rope_dim = 7, INVALID, "rope_dim");
+    REJECT("rope_dim -1", b.rope_dim = -1, INVALID, "rope_dim");
     /* dtype, scale */
-    REJECT(b.dtype = MLA_DTYPE_FP8_E4M3, UNSUPPORTED, "fp8_e4m3");
-    REJECT(b.dtype = MLA_DTYPE_FP8_E5M2, UNSUPPORTED, "fp8_e5m2");
-    REJECT(b.dtype = MLA_DTYPE_COUNT, UNSUPPORTED, "dtype");
-    REJECT(b.scale = NAN, INVALID, "scale");
-    REJECT(b.scale = INFINITY, INVALID, "scale");
-    REJECT(b.scale = -INFINITY, INVALID, "scale");
+    REJECT("dtype fp8_e4m3", b.dtype = MLA_DTYPE_FP8_E4M3, UNSUPPORTED, "fp8_e4m3");
+    REJECT("dtype fp8_e5m2", b.dtype = MLA_DTYPE_FP8_E5M2, UNSUPPORTED, "fp8_e5m2");
+    REJECT("dtype not an mla_dtype", b.dtype = MLA_DTYPE_COUNT, UNSUPPORTED, "dtype");
+    REJECT("scale NaN", b.scale = NAN, INVALID, "scale");
+    REJECT("scale +inf", b.scale = INFINITY, INVALID, "scale");
+    REJECT("scale -inf", b.scale = -INFINITY, INVALID, "scale");
     env_finish(&e);
 }
 
@@ -226,28 +236,32 @@ static void test_strides_rejected(void **state)
     env_init(&e);
     fa_reset_outputs(&e.c);
     mla_flash_attn_args b;
-    REJECT(b.q_token_stride = -12, INVALID, "q&negative");
-    REJECT(b.q_head_stride = -6, INVALID, "q&negative");
-    REJECT(b.k_token_stride = -8, INVALID, "k&negative");
-    REJECT(b.k_head_stride = -1, INVALID, "k&negative");
-    REJECT(b.k_pe_token_stride = -2, INVALID, "k_pe&negative");
-    REJECT(b.v_token_stride = -8, INVALID, "v&negative");
-    REJECT(b.v_head_stride = -4, INVALID, "v&negative");
-    REJECT(b.out_token_stride = -8, INVALID, "out&negative");
-    REJECT(b.out_head_stride = -4, INVALID, "out&negative");
+    REJECT("q_token_stride negative", b.q_token_stride = -12, INVALID, "q&negative");
+    REJECT("q_head_stride negative", b.q_head_stride = -6, INVALID, "q&negative");
+    REJECT("k_token_stride negative", b.k_token_stride = -8, INVALID, "k&negative");
+    REJECT("k_head_stride negative", b.k_head_stride = -1, INVALID, "k&negative");
+    REJECT("k_pe_token_stride negative", b.k_pe_token_stride = -2, INVALID, "k_pe&negative");
+    REJECT("v_token_stride negative", b.v_token_stride = -8, INVALID, "v&negative");
+    REJECT("v_head_stride negative", b.v_head_stride = -4, INVALID, "v&negative");
+    REJECT("out_token_stride negative", b.out_token_stride = -8, INVALID, "out&negative");
+    REJECT("out_head_stride negative", b.out_head_stride = -4, INVALID, "out&negative");
     /* out's rows overlap each other: heads 3 apart at width 4; every token
      * on the same rows; token t head 1 = token t+1 head 0 */
-    REJECT(b.out_head_stride = 3, INVALID, "out&overlap");
-    REJECT(b.out_token_stride = 0, INVALID, "out&overlap");
-    REJECT((b.out_token_stride = 4, b.out_head_stride = 4), INVALID, "out&overlap");
+    REJECT("out_head_stride below v_dim (heads overlap)", b.out_head_stride = 3, INVALID,
+           "out&overlap");
+    REJECT("out_token_stride 0 (tokens overlap)", b.out_token_stride = 0, INVALID, "out&overlap");
+    REJECT("out token and head strides equal (rows overlap)",
+           (b.out_token_stride = 4, b.out_head_stride = 4), INVALID, "out&overlap");
     /* out or lse over an input, lse over out */
-    REJECT(b.out = (void *)b.q, INVALID, "out&overlap");
-    REJECT(b.out = (void *)b.v, INVALID, "out&overlap");
-    REJECT(b.lse = (float *)(void *)b.k, INVALID, "lse&overlap");
-    REJECT(b.lse = (float *)b.out + 3, INVALID, "lse&overlap");
+    REJECT("out over q", b.out = (void *)b.q, INVALID, "out&overlap");
+    REJECT("out over v", b.out = (void *)b.v, INVALID, "out&overlap");
+    REJECT("lse over k", b.lse = (float *)(void *)b.k, INVALID, "lse&overlap");
+    REJECT("lse over out", b.lse = (float *)b.out + 3, INVALID, "lse&overlap");
     /* spans past int64 */
-    REJECT(b.q_token_stride = INT64_MAX / 2, MLA_ERR_OVERFLOW, "q");
-    REJECT(b.v_head_stride = INT64_MAX / 2, MLA_ERR_OVERFLOW, "v");
+    REJECT("q_token_stride whose span passes int64", b.q_token_stride = INT64_MAX / 2,
+           MLA_ERR_OVERFLOW, "q");
+    REJECT("v_head_stride whose span passes int64", b.v_head_stride = INT64_MAX / 2,
+           MLA_ERR_OVERFLOW, "v");
     env_finish(&e);
 }
 
@@ -260,20 +274,36 @@ static void test_workspace_rejected(void **state)
     env_init(&e);
     fa_reset_outputs(&e.c);
     if (e.need > 0)
-        expect_rejected(&e, mla_flash_attn_varlen(&e.c.args, e.ws, e.need - 1, 1),
-                        MLA_ERR_CAPACITY, "workspace", "workspace need - 1 bytes");
-    expect_rejected(&e, mla_flash_attn_varlen(&e.c.args, NULL, e.need, 1), INVALID, "workspace",
-                    "workspace NULL");
+        expect_rejected(&e, "workspace 1 byte short",
+                        mla_flash_attn_varlen(&e.c.args, e.ws, e.need - 1, 1), MLA_ERR_CAPACITY,
+                        "workspace");
+    expect_rejected(&e, "workspace NULL", mla_flash_attn_varlen(&e.c.args, NULL, e.need, 1),
+                    INVALID, "workspace");
+    const char *query = "mla_flash_attn_varlen_workspace_size";
     int64_t bytes = 0;
-    assert_int_equal(mla_flash_attn_varlen_workspace_size(NULL, 1, &bytes), INVALID);
-    assert_int_equal(mla_flash_attn_varlen_workspace_size(&e.c.args, 1, NULL), INVALID);
+    support_expect_reject(query, "args NULL", mla_flash_attn_varlen_workspace_size(NULL, 1, &bytes),
+                          INVALID, "args");
+    support_expect_reject(query, "bytes NULL",
+                          mla_flash_attn_varlen_workspace_size(&e.c.args, 1, NULL), INVALID,
+                          "bytes");
     mla_flash_attn_args b = e.c.args;
     b.qk_dim = 257;
-    assert_int_equal(mla_flash_attn_varlen_workspace_size(&b, 1, &bytes), UNSUPPORTED);
+    support_expect_reject(query, "qk_dim 257", mla_flash_attn_varlen_workspace_size(&b, 1, &bytes),
+                          UNSUPPORTED, "qk_dim");
+    /* the query rejects what the call would (cu_seqlens_q[B] is int32)
+     * before it counts units from it */
+    b = e.c.args;
+    b.num_seqs = b.total_q = INT64_MAX;
+    support_expect_reject(query, "total_q INT64_MAX (past int32)",
+                          mla_flash_attn_varlen_workspace_size(&b, 1, &bytes), MLA_ERR_OVERFLOW,
+                          "total_q 9223372036854775807 does not fit");
 
     /* a backend that runs on this CPU but not this config (the bf16-only
-     * ones with f32): an error listing the reasons, nothing written */
+     * ones with f32, the unfit one): an error listing the reasons, nothing
+     * written */
     mla_config cfg = fa_config(&e.c.s);
+    support_unfit_backend();
+    int forced = 0;
     for (int i = 0; i < mla_backend_count(); i++) {
         const char *name = mla_backend_at(i)->name;
         mla_reasons cpu, why;
@@ -282,10 +312,13 @@ static void test_workspace_rejected(void **state)
         if (cpu.count > 0 || why.count == 0)
             continue;
         assert_int_equal(mla_force_backend(MLA_OP_PREFILL, name), MLA_OK);
-        expect_rejected(&e, call(&e, &e.c.args), MLA_ERR_BACKEND_INVALID, why.text[0], name);
+        expect_rejected(&e, "forced backend that cannot run the config", call(&e, &e.c.args),
+                        MLA_ERR_BACKEND_INVALID, why.text[0]);
         print_message("[ FORCED   ] %s cannot run f32 prefill: rejected with \"%s\"\n", name,
                       mla_last_error());
+        forced++;
     }
+    assert_true(forced >= 1);
     assert_int_equal(mla_force_backend(MLA_OP_PREFILL, NULL), MLA_OK);
     env_finish(&e);
 }

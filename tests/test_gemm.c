@@ -59,7 +59,7 @@ static uint16_t random_f16(void)
 /* Operands of one case; c_init holds C (guards included) before the call.
  * bh holds B as bf16, ah and fh A and B as f16. */
 typedef struct operands {
-    int64_t rs_a, cs_a, ldb, ldc, c_len;
+    int64_t rs_a, cs_a, ldb, ldc, a_len, b_len, c_len;
     float *a_mem, *a, *b_mem, *b, *c_scale, *c_init;
     uint16_t *bh_mem, *bh, *ah_mem, *ah, *fh_mem, *fh;
 } operands;
@@ -74,6 +74,8 @@ static operands make_operands(const gemm_case *g)
     o.ldc = g->n + g->pad_c;
     int64_t a_len = g->m == 0 || g->k == 0 ? 1 : (g->m - 1) * o.rs_a + (g->k - 1) * o.cs_a + 1;
     int64_t b_len = g->k * o.ldb + 1;
+    o.a_len = a_len;
+    o.b_len = b_len;
     int64_t off = support_random_in(1, 7);
     o.a_mem = malloc((size_t)(a_len + 8) * sizeof(float));
     o.a = o.a_mem + off;
@@ -118,12 +120,10 @@ static void free_operands(operands *o)
     free(o->c_init);
 }
 
-/* Runs one backend's kernel on a fresh copy of C (guards included); the
- * ref table has no gemm_f16f16, so its twin stands in. */
-static float *run(const mla_kernels *kern, const gemm_case *g, const operands *o)
+/* Runs one backend's kernel on c, a copy of C (guards included); the ref
+ * table has no gemm_f16f16, so its twin stands in. */
+static void call(const mla_kernels *kern, const gemm_case *g, const operands *o, float *c)
 {
-    float *c = malloc((size_t)o->c_len * sizeof(float));
-    memcpy(c, o->c_init, (size_t)o->c_len * sizeof(float));
     const float *scale = g->scaled ? o->c_scale : NULL;
     float *cc = c + SUPPORT_C_GUARD;
     switch (g->kind) {
@@ -134,7 +134,45 @@ static float *run(const mla_kernels *kern, const gemm_case *g, const operands *o
         break;
     default: kern->gemm_f32(g->m, g->n, g->k, o->a, o->rs_a, o->cs_a, o->b, o->ldb, cc, o->ldc, scale); break;
     }
+}
+
+/* call() on a fresh copy of C. */
+static float *run(const mla_kernels *kern, const gemm_case *g, const operands *o)
+{
+    float *c = malloc((size_t)o->c_len * sizeof(float));
+    memcpy(c, o->c_init, (size_t)o->c_len * sizeof(float));
+    call(kern, g, o, c);
     return c;
+}
+
+/* The bytes of src copied `shift` bytes into the fresh allocation *mem. */
+static void *shifted(const void *src, size_t bytes, int shift, void **mem)
+{
+    *mem = malloc(bytes + (size_t)shift);
+    assert_non_null(*mem);
+    return memcpy((char *)*mem + shift, src, bytes);
+}
+
+/* run() with every operand and C `shift` bytes (1 to 3) past where
+ * make_operands put them: off element alignment, as callers' buffers may
+ * be (mla.h). C comes back at an aligned address. */
+static float *run_shifted(const mla_kernels *kern, const gemm_case *g, const operands *o, int shift)
+{
+    operands s = *o;
+    void *mem[6];
+    s.a = shifted(o->a, (size_t)o->a_len * sizeof(float), shift, &mem[0]);
+    s.ah = shifted(o->ah, (size_t)o->a_len * sizeof(uint16_t), shift, &mem[1]);
+    s.b = shifted(o->b, (size_t)o->b_len * sizeof(float), shift, &mem[2]);
+    s.bh = shifted(o->bh, (size_t)o->b_len * sizeof(uint16_t), shift, &mem[3]);
+    s.fh = shifted(o->fh, (size_t)o->b_len * sizeof(uint16_t), shift, &mem[4]);
+    const size_t c_bytes = (size_t)o->c_len * sizeof(float);
+    float *c = shifted(o->c_init, c_bytes, shift, &mem[5]);
+    call(kern, g, &s, c);
+    float *got = malloc(c_bytes);
+    memcpy(got, c, c_bytes);
+    for (int i = 0; i < 6; i++)
+        free(mem[i]);
+    return got;
 }
 
 /* gemm_f16f16's twin is gemm_f32 on the widened operands, bit for bit. */
@@ -261,27 +299,60 @@ static const int64_t edge_n[] = {0,  1,  2,  7,  8,  9,  15, 16, 17, 23, 24,  25
 static const int64_t edge_k[] = {0, 1, 2, 3, 31, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300};
 #define COUNT(x) (int64_t)(sizeof x / sizeof x[0])
 
+/* A random case of edge sizes, layout, padding, scaling and kind. */
+static gemm_case edge_case(void)
+{
+    return (gemm_case){
+        .m = edge_m[support_random_in(0, COUNT(edge_m) - 1)],
+        .n = edge_n[support_random_in(0, COUNT(edge_n) - 1)],
+        .k = edge_k[support_random_in(0, COUNT(edge_k) - 1)],
+        .col_major_a = support_random() & 1,
+        .pad_a = support_random_in(0, 1) * support_random_in(1, 9),
+        .pad_b = support_random_in(0, 1) * support_random_in(1, 9),
+        .pad_c = support_random_in(0, 1) * support_random_in(1, 9),
+        .scaled = support_random() & 1,
+        .kind = (gemm_kind)support_random_in(F32, KINDS - 1),
+    };
+}
+
 static void test_edges(void **state)
 {
     (void)state;
     find_backends();
     for (int iter = 0; iter < 600; iter++) {
-        gemm_case g = {
-            .m = edge_m[support_random_in(0, COUNT(edge_m) - 1)],
-            .n = edge_n[support_random_in(0, COUNT(edge_n) - 1)],
-            .k = edge_k[support_random_in(0, COUNT(edge_k) - 1)],
-            .col_major_a = support_random() & 1,
-            .pad_a = support_random_in(0, 1) * support_random_in(1, 9),
-            .pad_b = support_random_in(0, 1) * support_random_in(1, 9),
-            .pad_c = support_random_in(0, 1) * support_random_in(1, 9),
-            .scaled = support_random() & 1,
-            .kind = (gemm_kind)support_random_in(F32, KINDS - 1),
-        };
+        gemm_case g = edge_case();
         check_case(&g, iter % 4 == 0);
     }
     for (int r = 0; r < num_runnable; r++)
         print_message("[ BACKEND  ] %s: gemm_f32, gemm_bf16%s bit-exact with ref on 600 edge shapes\n",
                       runnable[r]->name, runnable[r]->kernels.gemm_f16f16 ? ", gemm_f16f16" : "");
+}
+
+/* Operands at any byte address: A, B and C 1 to 3 bytes past an element
+ * boundary give the aligned call's bits on every backend, ref included. */
+static void test_byte_misaligned(void **state)
+{
+    (void)state;
+    find_backends();
+    const mla_kernels *ref = &mla_backend_find("ref")->kernels;
+    for (int iter = 0; iter < 120; iter++) {
+        gemm_case g = edge_case();
+        const int shift = 1 + iter % 3;
+        operands o = make_operands(&g);
+        float *want = run(ref, &g, &o);
+        float *got = run_shifted(ref, &g, &o, shift);
+        check_same("ref", &g, &o, want, got);
+        free(got);
+        for (int r = 0; r < num_runnable; r++) {
+            if (g.kind == F16F16 && !runnable[r]->kernels.gemm_f16f16)
+                continue;
+            got = run_shifted(&runnable[r]->kernels, &g, &o, shift);
+            check_same(runnable[r]->name, &g, &o, want, got);
+            free(got);
+        }
+        free(want);
+        free_operands(&o);
+    }
 }
 
 /* Every (m, n) up to two or more tiles each way, at a k that crosses a k
@@ -463,6 +534,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_edges),
         cmocka_unit_test(test_all_small_shapes),
+        cmocka_unit_test(test_byte_misaligned),
         cmocka_unit_test(test_long_k),
         cmocka_unit_test(test_hot_shapes),
         cmocka_unit_test(test_transpose),

@@ -3,8 +3,9 @@
  * and KV-cache byte queries, and context-chunk plans. Plans are checked
  * against the docs/semantics.md §2.6 worked example value by value, then thousands of random
  * plans are checked against the properties a gather kernel relies on (each
- * request's context covered once, in order, within the workspace). Every
- * validation error is exercised and must leave the output untouched.
+ * request's context covered once, in order, within the workspace); a lean
+ * plan and its per-chunk token_to_seq rows must be the dense plan exactly.
+ * Every validation error is exercised and must leave the output untouched.
  */
 #include "support.h"
 
@@ -57,16 +58,21 @@ static void test_workspace_tokens(void **state)
     assert_int_equal(w, 65536);
 
     w = 7;
-    assert_int_equal(mla_chunk_workspace_tokens(4096, 8, 16, 0, NULL), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL tokens"));
-    assert_int_equal(mla_chunk_workspace_tokens(0, 8, 16, 0, &w), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "max_model_len = 0"));
-    assert_int_equal(mla_chunk_workspace_tokens(4096, -1, 16, 0, &w), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "max_num_seqs = -1"));
-    assert_int_equal(mla_chunk_workspace_tokens(4096, 8, 0, 0, &w), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "block_size = 0"));
-    assert_int_equal(mla_chunk_workspace_tokens(4096, INT64_MAX / 2, 16, 0, &w), MLA_ERR_OVERFLOW);
-    assert_true(support_contains(mla_last_error(), "overflows int64"));
+    support_expect_reject("mla_chunk_workspace_tokens", "tokens NULL",
+                          mla_chunk_workspace_tokens(4096, 8, 16, 0, NULL),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL tokens");
+    support_expect_reject("mla_chunk_workspace_tokens", "max_model_len 0",
+                          mla_chunk_workspace_tokens(0, 8, 16, 0, &w), MLA_ERR_INVALID_ARGUMENT,
+                          "max_model_len = 0");
+    support_expect_reject("mla_chunk_workspace_tokens", "max_num_seqs -1",
+                          mla_chunk_workspace_tokens(4096, -1, 16, 0, &w), MLA_ERR_INVALID_ARGUMENT,
+                          "max_num_seqs = -1");
+    support_expect_reject("mla_chunk_workspace_tokens", "block_size 0",
+                          mla_chunk_workspace_tokens(4096, 8, 0, 0, &w), MLA_ERR_INVALID_ARGUMENT,
+                          "block_size = 0");
+    support_expect_reject("mla_chunk_workspace_tokens", "max_num_seqs x block_size past int64",
+                          mla_chunk_workspace_tokens(4096, INT64_MAX / 2, 16, 0, &w),
+                          MLA_ERR_OVERFLOW, "overflows int64");
     assert_int_equal(w, 7);
 }
 
@@ -83,26 +89,29 @@ static void test_workspace_bytes(void **state)
     assert_int_equal(bytes, 60);
 
     bytes = align = 7;
-    assert_int_equal(mla_chunk_workspace_bytes(16, 576, MLA_DTYPE_BF16, NULL, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL bytes"));
-    assert_int_equal(mla_chunk_workspace_bytes(16, 576, MLA_DTYPE_BF16, &bytes, NULL),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL alignment"));
-    assert_int_equal(mla_chunk_workspace_bytes(0, 576, MLA_DTYPE_BF16, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "tokens = 0"));
-    assert_int_equal(mla_chunk_workspace_bytes(16, -2, MLA_DTYPE_BF16, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "width = -2"));
-    assert_int_equal(mla_chunk_workspace_bytes(16, 576, MLA_DTYPE_COUNT, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "dtype 5 is not a valid mla_dtype"));
-    assert_int_equal(mla_chunk_workspace_bytes(INT64_MAX / 1024, 576, MLA_DTYPE_BF16, &bytes, &align),
-                     MLA_ERR_OVERFLOW);
-    assert_int_equal(mla_chunk_workspace_bytes(INT64_MAX / 2, 1, MLA_DTYPE_F32, &bytes, &align),
-                     MLA_ERR_OVERFLOW);
-    assert_true(support_contains(mla_last_error(), "overflows int64"));
+    support_expect_reject("mla_chunk_workspace_bytes", "bytes NULL",
+                          mla_chunk_workspace_bytes(16, 576, MLA_DTYPE_BF16, NULL, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL bytes");
+    support_expect_reject("mla_chunk_workspace_bytes", "alignment NULL",
+                          mla_chunk_workspace_bytes(16, 576, MLA_DTYPE_BF16, &bytes, NULL),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL alignment");
+    support_expect_reject("mla_chunk_workspace_bytes", "tokens 0",
+                          mla_chunk_workspace_bytes(0, 576, MLA_DTYPE_BF16, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "tokens = 0");
+    support_expect_reject("mla_chunk_workspace_bytes", "width -2",
+                          mla_chunk_workspace_bytes(16, -2, MLA_DTYPE_BF16, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "width = -2");
+    support_expect_reject("mla_chunk_workspace_bytes", "dtype not an mla_dtype",
+                          mla_chunk_workspace_bytes(16, 576, MLA_DTYPE_COUNT, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "dtype 5 is not a valid mla_dtype");
+    support_expect_reject("mla_chunk_workspace_bytes", "tokens x width past int64",
+                          mla_chunk_workspace_bytes(INT64_MAX / 1024, 576, MLA_DTYPE_BF16, &bytes,
+                                                    &align),
+                          MLA_ERR_OVERFLOW, "overflows int64");
+    support_expect_reject("mla_chunk_workspace_bytes", "tokens x dtype size past int64",
+                          mla_chunk_workspace_bytes(INT64_MAX / 2, 1, MLA_DTYPE_F32, &bytes,
+                                                    &align),
+                          MLA_ERR_OVERFLOW, "overflows int64");
     assert_int_equal(bytes, 7);
     assert_int_equal(align, 7);
 }
@@ -124,32 +133,35 @@ static void test_kv_cache_shape(void **state)
     int64_t keep[3] = {11, 12, 13};
     memcpy(shape, keep, sizeof shape);
     bytes = align = 7;
-    assert_int_equal(mla_kv_cache_shape(10, 16, 576, MLA_DTYPE_BF16, NULL, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL shape"));
-    assert_int_equal(mla_kv_cache_shape(10, 16, 576, MLA_DTYPE_BF16, shape, NULL, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL bytes"));
-    assert_int_equal(mla_kv_cache_shape(10, 16, 576, MLA_DTYPE_BF16, shape, &bytes, NULL),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL alignment"));
-    assert_int_equal(mla_kv_cache_shape(-1, 16, 576, MLA_DTYPE_BF16, shape, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "num_blocks = -1 is negative"));
-    assert_int_equal(mla_kv_cache_shape(10, 0, 576, MLA_DTYPE_BF16, shape, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "block_size = 0"));
-    assert_int_equal(mla_kv_cache_shape(10, 16, 0, MLA_DTYPE_BF16, shape, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "width = 0"));
-    assert_int_equal(mla_kv_cache_shape(10, 16, 576, (mla_dtype)-1, shape, &bytes, &align),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "dtype -1 is not a valid mla_dtype"));
-    assert_int_equal(mla_kv_cache_shape(INT64_MAX / 64, 64, 576, MLA_DTYPE_F32, shape, &bytes, &align),
-                     MLA_ERR_OVERFLOW);
-    assert_true(support_contains(mla_last_error(), "overflows int64"));
-    assert_int_equal(mla_kv_cache_shape(INT64_MAX / 64, 64, 1, MLA_DTYPE_F32, shape, &bytes, &align),
-                     MLA_ERR_OVERFLOW);
+    support_expect_reject("mla_kv_cache_shape", "shape NULL",
+                          mla_kv_cache_shape(10, 16, 576, MLA_DTYPE_BF16, NULL, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL shape");
+    support_expect_reject("mla_kv_cache_shape", "bytes NULL",
+                          mla_kv_cache_shape(10, 16, 576, MLA_DTYPE_BF16, shape, NULL, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL bytes");
+    support_expect_reject("mla_kv_cache_shape", "alignment NULL",
+                          mla_kv_cache_shape(10, 16, 576, MLA_DTYPE_BF16, shape, &bytes, NULL),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL alignment");
+    support_expect_reject("mla_kv_cache_shape", "num_blocks -1",
+                          mla_kv_cache_shape(-1, 16, 576, MLA_DTYPE_BF16, shape, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "num_blocks = -1 is negative");
+    support_expect_reject("mla_kv_cache_shape", "block_size 0",
+                          mla_kv_cache_shape(10, 0, 576, MLA_DTYPE_BF16, shape, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "block_size = 0");
+    support_expect_reject("mla_kv_cache_shape", "width 0",
+                          mla_kv_cache_shape(10, 16, 0, MLA_DTYPE_BF16, shape, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "width = 0");
+    support_expect_reject("mla_kv_cache_shape", "dtype -1",
+                          mla_kv_cache_shape(10, 16, 576, (mla_dtype)-1, shape, &bytes, &align),
+                          MLA_ERR_INVALID_ARGUMENT, "dtype -1 is not a valid mla_dtype");
+    support_expect_reject("mla_kv_cache_shape", "num_blocks x block_size x width past int64",
+                          mla_kv_cache_shape(INT64_MAX / 64, 64, 576, MLA_DTYPE_F32, shape, &bytes,
+                                             &align),
+                          MLA_ERR_OVERFLOW, "overflows int64");
+    support_expect_reject("mla_kv_cache_shape", "cache bytes past int64 (elements fit)",
+                          mla_kv_cache_shape(INT64_MAX / 64, 64, 1, MLA_DTYPE_F32, shape, &bytes,
+                                             &align),
+                          MLA_ERR_OVERFLOW, "overflows int64");
     assert_memory_equal(shape, keep, sizeof shape);
     assert_int_equal(bytes, 7);
     assert_int_equal(align, 7);
@@ -401,6 +413,58 @@ static int64_t random_batch(int32_t *ctx, int32_t *qsl, int64_t *bs)
     return p;
 }
 
+enum { GUARD = 8, SENTINEL = 0x5a5a5a5a };
+
+/* The lean plan of the same inputs has every array of the dense plan `in`
+ * but token_to_seq, and mla_chunk_token_to_seq gives each of its rows: at
+ * the stride (the row exactly), at seq_tot (the indices alone) and longer
+ * (zeros after), writing nothing past out_len. */
+static void check_lean_plan(const int32_t *ctx, const int32_t *qsl, int64_t p, int64_t w,
+                            int64_t bs, const mla_chunk_plan_info *in)
+{
+    mla_chunk_plan *plan = NULL;
+    assert_int_equal(mla_chunk_plan_create_lean(ctx, qsl, p, w, bs, 0, MLA_DTYPE_F32, &plan),
+                     MLA_OK);
+    mla_chunk_plan_info lean;
+    mla_chunk_plan_info_get(plan, &lean);
+    assert_null(lean.token_to_seq);
+    int64_t n = in->num_chunks, stride = in->token_to_seq_stride;
+    assert_int_equal(lean.num_prefills, in->num_prefills);
+    assert_int_equal(lean.num_with_context, in->num_with_context);
+    assert_int_equal(lean.max_context_len, in->max_context_len);
+    assert_int_equal(lean.max_chunk_len, in->max_chunk_len);
+    assert_int_equal(lean.num_chunks, n);
+    assert_int_equal(lean.token_to_seq_stride, stride);
+    assert_int_equal(lean.prefill_tokens_with_context, in->prefill_tokens_with_context);
+    assert_int_equal(lean.workspace_tokens, in->workspace_tokens);
+    size_t per_req = (size_t)(n * p) * sizeof(int32_t), per_chunk = (size_t)n * sizeof(int32_t);
+    if (n > 0) {
+        assert_memory_equal(lean.starts, in->starts, per_req);
+        assert_memory_equal(lean.chunk_seq_lens, in->chunk_seq_lens, per_req);
+        assert_memory_equal(lean.cu_seq_lens, in->cu_seq_lens, per_req + per_chunk);
+        assert_memory_equal(lean.seq_tot, in->seq_tot, per_chunk);
+        assert_memory_equal(lean.max_seq_lens, in->max_seq_lens, per_chunk);
+    }
+
+    int32_t *row = malloc((size_t)(stride + 2 * GUARD) * sizeof *row);
+    assert_non_null(row);
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t *dense = in->token_to_seq + i * stride;
+        int64_t lens[3] = {stride, in->seq_tot[i], stride + GUARD};
+        for (int c = 0; c < 3; c++) {
+            for (int64_t t = 0; t < stride + 2 * GUARD; t++)
+                row[t] = SENTINEL;
+            assert_int_equal(mla_chunk_token_to_seq(plan, i, row, lens[c]), MLA_OK);
+            for (int64_t t = 0; t < lens[c]; t++)
+                assert_int_equal(row[t], t < stride ? dense[t] : 0);
+            for (int64_t t = lens[c]; t < stride + 2 * GUARD; t++)
+                assert_int_equal(row[t], SENTINEL);
+        }
+    }
+    free(row);
+    mla_chunk_plan_destroy(plan);
+}
+
 static void test_random_plans(void **state)
 {
     (void)state;
@@ -417,7 +481,9 @@ static void test_random_plans(void **state)
         mla_chunk_plan *plan = NULL;
         mla_status st = mla_chunk_plan_create(ctx, qsl, p, w, bs, 0, MLA_DTYPE_F32, &plan);
         if (small && n_ctx > 0) {
-            assert_int_equal(st, MLA_ERR_CAPACITY);
+            support_expect_reject("mla_chunk_plan_create",
+                                  "workspace_tokens below one block per prefill with context", st,
+                                  MLA_ERR_CAPACITY, "cannot hold one block");
             assert_null(plan);
             too_small++;
             continue;
@@ -426,6 +492,7 @@ static void test_random_plans(void **state)
         mla_chunk_plan_info in;
         mla_chunk_plan_info_get(plan, &in);
         check_plan(ctx, qsl, p, w, bs, &in);
+        check_lean_plan(ctx, qsl, p, w, bs, &in);
         mla_chunk_plan_destroy(plan);
         planned++;
     }
@@ -444,18 +511,23 @@ typedef struct plan_args {
 
 static unsigned char sentinel_object;
 
-/* The call fails with `want` and a message containing `msg`; *plan keeps
- * whatever it held. */
-static void expect_plan_error(plan_args a, mla_status want, const char *msg)
+/* The call, given bad_input, fails with `want` and a message containing
+ * `msg`; *plan keeps whatever it held. The lean plan's builder rejects the
+ * same, naming itself. */
+static void expect_plan_error(const char *bad_input, plan_args a, mla_status want, const char *msg)
 {
     mla_chunk_plan *const sentinel = (mla_chunk_plan *)(void *)&sentinel_object;
     mla_chunk_plan *plan = sentinel;
-    mla_status st = mla_chunk_plan_create(a.ctx, a.qsl, a.p, a.w, a.bs, a.width, a.dtype, &plan);
-    if (st != want || !support_contains(mla_last_error(), msg))
-        print_error("expected %s \"%s\", got %s \"%s\"\n", mla_status_str(want), msg,
-                    mla_status_str(st), mla_last_error());
-    assert_int_equal(st, want);
-    assert_true(support_contains(mla_last_error(), msg));
+    support_expect_reject("mla_chunk_plan_create", bad_input,
+                          mla_chunk_plan_create(a.ctx, a.qsl, a.p, a.w, a.bs, a.width, a.dtype,
+                                                &plan),
+                          want, msg);
+    assert_ptr_equal(plan, sentinel);
+    support_expect_reject("mla_chunk_plan_create_lean", bad_input,
+                          mla_chunk_plan_create_lean(a.ctx, a.qsl, a.p, a.w, a.bs, a.width,
+                                                     a.dtype, &plan),
+                          want, msg);
+    assert_true(support_contains(mla_last_error(), "mla_chunk_plan_create_lean"));
     assert_ptr_equal(plan, sentinel);
 }
 
@@ -466,63 +538,121 @@ static void test_bad_input(void **state)
     const plan_args ok = {ctx, qsl, 3, 4096, 16, 0, MLA_DTYPE_BF16};
     plan_args a;
 
-    assert_int_equal(mla_chunk_plan_create(ctx, qsl, 3, 4096, 16, 0, MLA_DTYPE_BF16, NULL),
-                     MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL plan"));
+    support_expect_reject("mla_chunk_plan_create", "plan NULL",
+                          mla_chunk_plan_create(ctx, qsl, 3, 4096, 16, 0, MLA_DTYPE_BF16, NULL),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL plan");
 
     a = ok, a.p = -1;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "num_prefills = -1 is negative");
+    expect_plan_error("num_prefills -1", a, MLA_ERR_INVALID_ARGUMENT,
+                      "num_prefills = -1 is negative");
     a = ok, a.p = (int64_t)INT32_MAX + 1;
-    expect_plan_error(a, MLA_ERR_OVERFLOW, "num_prefills = 2147483648 does not fit in int32");
+    expect_plan_error("num_prefills 2^31 (past int32)", a, MLA_ERR_OVERFLOW,
+                      "num_prefills = 2147483648 does not fit in int32");
     a = ok, a.ctx = NULL;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "NULL context_lens");
+    expect_plan_error("context_lens NULL", a, MLA_ERR_INVALID_ARGUMENT, "NULL context_lens");
     a = ok, a.qsl = NULL;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "NULL query_start_loc");
+    expect_plan_error("query_start_loc NULL", a, MLA_ERR_INVALID_ARGUMENT, "NULL query_start_loc");
     a = ok, a.w = 0;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "workspace_tokens = 0 must be >= 1");
+    expect_plan_error("workspace_tokens 0", a, MLA_ERR_INVALID_ARGUMENT,
+                      "workspace_tokens = 0 must be >= 1");
     a = ok, a.w = -4096;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "workspace_tokens = -4096");
+    expect_plan_error("workspace_tokens -4096", a, MLA_ERR_INVALID_ARGUMENT,
+                      "workspace_tokens = -4096");
     a = ok, a.bs = 0;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "block_size = 0 must be >= 1");
+    expect_plan_error("block_size 0", a, MLA_ERR_INVALID_ARGUMENT, "block_size = 0 must be >= 1");
     a = ok, a.width = -1;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "workspace_width = -1 is negative");
+    expect_plan_error("workspace_width -1", a, MLA_ERR_INVALID_ARGUMENT,
+                      "workspace_width = -1 is negative");
     a = ok, a.width = 576, a.dtype = MLA_DTYPE_COUNT;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "dtype 5 is not a valid mla_dtype");
+    expect_plan_error("dtype not an mla_dtype", a, MLA_ERR_INVALID_ARGUMENT,
+                      "dtype 5 is not a valid mla_dtype");
 
     const int32_t neg_ctx[3] = {5000, 1200, -5};
     a = ok, a.ctx = neg_ctx;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "context_lens[2] = -5 is negative");
+    expect_plan_error("context_lens entry -5", a, MLA_ERR_INVALID_ARGUMENT,
+                      "context_lens[2] = -5 is negative");
     const int32_t qsl_start[4] = {3, 100, 130, 180};
     a = ok, a.qsl = qsl_start;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "query_start_loc[0] = 3, must be 0");
+    expect_plan_error("query_start_loc[0] 3", a, MLA_ERR_INVALID_ARGUMENT,
+                      "query_start_loc[0] = 3, must be 0");
     a = ok, a.qsl = qsl_start, a.p = 0;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT, "query_start_loc[0] = 3, must be 0");
+    expect_plan_error("query_start_loc[0] 3 with no prefills", a, MLA_ERR_INVALID_ARGUMENT,
+                      "query_start_loc[0] = 3, must be 0");
     const int32_t qsl_down[4] = {0, 100, 90, 180};
     a = ok, a.qsl = qsl_down;
-    expect_plan_error(a, MLA_ERR_INVALID_ARGUMENT,
+    expect_plan_error("query_start_loc decreasing", a, MLA_ERR_INVALID_ARGUMENT,
                       "query_start_loc[2] = 90 < query_start_loc[1] = 100 (decreasing)");
 
     /* W / n_ctx = 31 rounds down to 0 blocks of 32 */
     a = ok, a.w = 63, a.bs = 32;
-    expect_plan_error(a, MLA_ERR_CAPACITY,
+    expect_plan_error("workspace_tokens below one block per prefill with context", a,
+                      MLA_ERR_CAPACITY,
                       "workspace_tokens = 63 cannot hold one block of 32 tokens for each of the 2 "
                       "prefills with context");
     a = ok, a.w = 1;
-    expect_plan_error(a, MLA_ERR_CAPACITY, "cannot hold one block");
+    expect_plan_error("workspace_tokens 1", a, MLA_ERR_CAPACITY, "cannot hold one block");
 
     /* chunk 0 holds 2 * (2^31 - 1) tokens: cu_seq_lens cannot count them */
     const int32_t huge_ctx[2] = {INT32_MAX, INT32_MAX}, huge_qsl[3] = {0, 1, 2};
     a = (plan_args){huge_ctx, huge_qsl, 2, INT64_MAX, 1, 0, MLA_DTYPE_BF16};
-    expect_plan_error(a, MLA_ERR_OVERFLOW, "chunk 0 holds 4294967294 tokens, more than int32");
+    expect_plan_error("a chunk of more than int32 tokens", a, MLA_ERR_OVERFLOW,
+                      "chunk 0 holds 4294967294 tokens, more than int32");
 
     /* workspace bytes past int64, and past it once rounded up to 64 */
     a = ok, a.w = INT64_MAX / 2, a.width = 576;
-    expect_plan_error(a, MLA_ERR_OVERFLOW, "overflows int64 bytes");
+    expect_plan_error("workspace bytes past int64", a, MLA_ERR_OVERFLOW, "overflows int64 bytes");
     a = ok, a.w = INT64_MAX - 10, a.width = 1, a.dtype = MLA_DTYPE_FP8_E5M2;
-    expect_plan_error(a, MLA_ERR_OVERFLOW, "overflows when aligned");
+    expect_plan_error("workspace bytes past int64 once aligned", a, MLA_ERR_OVERFLOW,
+                      "overflows when aligned");
     /* 2^60 bytes: representable, but no address space holds it */
     a = (plan_args){NULL, NULL, 0, (int64_t)1 << 60, 16, 1, MLA_DTYPE_FP8_E4M3};
-    expect_plan_error(a, MLA_ERR_CAPACITY, "out of memory allocating 1152921504606846976 bytes");
+    expect_plan_error("workspace of 2^60 bytes (out of memory)", a, MLA_ERR_CAPACITY,
+                      "out of memory allocating 1152921504606846976 bytes");
+}
+
+/* mla_chunk_token_to_seq on the §2.6 example (3 chunks, seq_tot 3248,
+ * 2048, 904): every bad argument leaves out as it was. */
+static void test_token_to_seq_bad_input(void **state)
+{
+    (void)state;
+    const int32_t ctx[3] = {5000, 1200, 0}, qsl[4] = {0, 100, 130, 180};
+    mla_chunk_plan *plan = NULL;
+    assert_int_equal(mla_chunk_plan_create_lean(ctx, qsl, 3, 4096, 16, 0, MLA_DTYPE_BF16, &plan),
+                     MLA_OK);
+    static int32_t out[3248 + GUARD];
+    for (size_t t = 0; t < sizeof out / sizeof out[0]; t++)
+        out[t] = SENTINEL;
+    const struct {
+        const char *bad_input;
+        const mla_chunk_plan *plan;
+        int64_t chunk;
+        int32_t *out;
+        int64_t out_len;
+        mla_status want;
+        const char *msg;
+    } cases[] = {
+        {"plan NULL", NULL, 0, out, 3248, MLA_ERR_INVALID_ARGUMENT, "NULL plan"},
+        {"chunk -1", plan, -1, out, 3248, MLA_ERR_OUT_OF_RANGE, "chunk = -1 is outside [0, 3)"},
+        {"chunk num_chunks", plan, 3, out, 3248, MLA_ERR_OUT_OF_RANGE,
+         "chunk = 3 is outside [0, 3)"},
+        {"out_len below the chunk's seq_tot", plan, 1, out, 2047, MLA_ERR_CAPACITY,
+         "out_len = 2047 is less than chunk 1's 2048 tokens"},
+        {"out NULL", plan, 2, NULL, 904, MLA_ERR_INVALID_ARGUMENT, "NULL out with out_len = 904"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        support_expect_reject("mla_chunk_token_to_seq", cases[c].bad_input,
+                              mla_chunk_token_to_seq(cases[c].plan, cases[c].chunk, cases[c].out,
+                                                     cases[c].out_len),
+                              cases[c].want, cases[c].msg);
+        for (size_t t = 0; t < sizeof out / sizeof out[0]; t++)
+            assert_int_equal(out[t], SENTINEL);
+    }
+    /* §2.6's rows: 2048 zeros then 1200 ones; 2048 zeros; 904 zeros */
+    assert_int_equal(mla_chunk_token_to_seq(plan, 0, out, 3248), MLA_OK);
+    for (int64_t t = 0; t < 3248; t++)
+        assert_int_equal(out[t], t < 2048 ? 0 : 1);
+    assert_int_equal(out[3248], SENTINEL);
+    mla_chunk_plan_destroy(plan);
 }
 
 int main(void)
@@ -538,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_owned_workspace),
         cmocka_unit_test(test_random_plans),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_token_to_seq_bad_input),
     };
     return cmocka_run_group_tests_name("metadata_chunks", tests, NULL, NULL);
 }

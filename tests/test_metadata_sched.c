@@ -127,6 +127,23 @@ static void spec_sched(const int32_t *len, int64_t B, int64_t num_parts, int64_t
     }
 }
 
+/* parts [np] and prefix are the pseudocode's schedule. */
+static void expect_spec(const int32_t *lens, int64_t B, int64_t np, int64_t block_n,
+                        int64_t overhead, const mla_sched_part *parts, const int32_t *prefix)
+{
+    mla_sched_part *want = malloc((size_t)np * sizeof *want);
+    int32_t want_prefix[MAX_REQS + 1];
+    spec_sched(lens, B, np, block_n, overhead, want, want_prefix);
+    assert_memory_equal(prefix, want_prefix, (size_t)(B + 1) * sizeof *prefix);
+    for (int64_t i = 0; i < np; i++) {
+        if (is_idle(&want[i], B))
+            assert_true(is_idle(&parts[i], B));
+        else
+            assert_memory_equal(&parts[i], &want[i], sizeof want[i]);
+    }
+    free(want);
+}
+
 /* ---- the driver's walk and its checks ------------------------------------------- */
 
 /* What checking one schedule found, accumulated over many. */
@@ -323,10 +340,17 @@ static int64_t random_parts(void)
     }
 }
 
+/* The overhead params ask for (0 is the default, 2; MLA_SCHED_NO_OVERHEAD
+ * is 0) and the one they get. */
 static int64_t random_overhead(void)
 {
-    static const int64_t choices[] = {0, 1, 5, 5, 17};
-    return choices[random_below(5)];
+    static const int64_t choices[] = {MLA_SCHED_NO_OVERHEAD, 0, 1, 5, 5, 17};
+    return choices[random_below(6)];
+}
+
+static int64_t overhead_used(int64_t asked)
+{
+    return asked == MLA_SCHED_NO_OVERHEAD ? 0 : asked == 0 ? 2 : asked;
 }
 
 static int64_t random_split_blocks(void)
@@ -354,20 +378,12 @@ static void random_schedule(bool invariant, sched_stats *stats, int64_t (*slot_r
         lens[b] = random_len(p.block_n);
     int64_t np = build(lens, B, &p, parts, MAX_PARTS, prefix);
     assert_int_equal(np, p.num_parts);
-    sched_case c = {lens, B, np, p.block_n, p.overhead, p.split_blocks, parts, prefix};
+    sched_case c = {lens, B, np, p.block_n, overhead_used(p.overhead), p.split_blocks, parts,
+                    prefix};
     check_schedule(&c, stats, slot_range);
     if (invariant)
         return;
-    mla_sched_part want[MAX_PARTS];
-    int32_t want_prefix[MAX_REQS + 1];
-    spec_sched(lens, B, np, p.block_n, p.overhead, want, want_prefix);
-    assert_memory_equal(prefix, want_prefix, (size_t)(B + 1) * sizeof *prefix);
-    for (int64_t i = 0; i < np; i++) {
-        if (is_idle(&want[i], B))
-            assert_true(is_idle(&parts[i], B));
-        else
-            assert_memory_equal(&parts[i], &want[i], sizeof want[i]);
-    }
+    expect_spec(lens, B, np, p.block_n, overhead_used(p.overhead), parts, prefix);
 }
 
 static void report(const char *mode, const sched_stats *s)
@@ -423,7 +439,8 @@ static void test_invariant_across_batches(void **state)
             for (int64_t b = 0; b < B; b++)
                 lens[b] = b == at ? probe : random_len(block_n);
             int64_t np = build(lens, B, &p, parts, MAX_PARTS, prefix);
-            sched_case c = {lens, B, np, block_n, p.overhead, split_blocks, parts, prefix};
+            sched_case c = {lens, B, np, block_n, overhead_used(p.overhead), split_blocks, parts,
+                            prefix};
             check_schedule(&c, &stats, slot_range);
             int64_t n = prefix[at + 1] - prefix[at];
             if (batch == 0) {
@@ -478,8 +495,11 @@ static void test_invariant_example(void **state)
     assert_memory_equal(prefix, want_prefix, sizeof want_prefix);
 }
 
-/* num_parts <= 0 is omp_get_max_threads(), block_n <= 0 is 64, overhead < 0
- * is 5, and NULL params is all of them; overhead 0 is 0. */
+/* A zero field is its default, as is NULL params: num_parts
+ * omp_get_max_threads(), block_n 16, overhead 2 (what mla_decode runs
+ * without a schedule of the caller's), no splits; negative num_parts,
+ * block_n and split_blocks are defaults too. MLA_SCHED_NO_OVERHEAD is an
+ * overhead of 0, checked against the docs/semantics.md §5.3 pseudocode. */
 static void test_defaults(void **state)
 {
     (void)state;
@@ -488,21 +508,20 @@ static void test_defaults(void **state)
     mla_sched_part *want = malloc((size_t)threads * sizeof *want);
     mla_sched_part *got = malloc((size_t)threads * sizeof *got);
     int32_t want_prefix[7], got_prefix[7];
-    mla_decode_sched_params spelled = {threads, 64, 5, 0};
+    const mla_decode_sched_params spelled = {threads, 16, 2, 0};
     assert_int_equal(build(lens, 6, &spelled, want, threads, want_prefix), threads);
-    const mla_decode_sched_params defaults = {0, 0, -1, 0}, negative = {-3, -64, -9, -2};
-    const mla_decode_sched_params *all[3] = {NULL, &defaults, &negative};
+    expect_spec(lens, 6, threads, 16, 2, want, want_prefix);
+    const mla_decode_sched_params zeroed = {0}, negative = {-3, -64, 0, -2};
+    const mla_decode_sched_params *all[3] = {NULL, &zeroed, &negative};
     for (int k = 0; k < 3; k++) {
         memset(got, 0x5a, (size_t)threads * sizeof *got);
         assert_int_equal(build(lens, 6, all[k], got, threads, got_prefix), threads);
         assert_memory_equal(got, want, (size_t)threads * sizeof *got);
         assert_memory_equal(got_prefix, want_prefix, sizeof want_prefix);
     }
-    mla_decode_sched_params zero_overhead = {threads, 64, 0, 0}, defaults_zero = {0, 0, 0, 0};
-    build(lens, 6, &zero_overhead, want, threads, want_prefix);
-    build(lens, 6, &defaults_zero, got, threads, got_prefix);
-    assert_memory_equal(got, want, (size_t)threads * sizeof *got);
-    assert_memory_equal(got_prefix, want_prefix, sizeof want_prefix);
+    const mla_decode_sched_params no_overhead = {.overhead = MLA_SCHED_NO_OVERHEAD};
+    assert_int_equal(build(lens, 6, &no_overhead, got, threads, got_prefix), threads);
+    expect_spec(lens, 6, threads, 16, 0, got, got_prefix);
     free(got);
     free(want);
 }
@@ -516,7 +535,7 @@ static void test_empty_batch_and_guards(void **state)
     int32_t prefix[4];
     memset(parts, 0x5a, sizeof parts);
     memset(prefix, 0x5a, sizeof prefix);
-    mla_decode_sched_params p = {.num_parts = 5, .overhead = -1};
+    mla_decode_sched_params p = {.num_parts = 5, .block_n = 64, .overhead = 5};
     assert_int_equal(build(NULL, 0, &p, parts, 6, prefix), 5);
     for (int i = 0; i < 5; i++)
         assert_part(&parts[i], 0, -1, 0, 0, 0, 0, 0);
@@ -546,32 +565,67 @@ static void test_extremes(void **state)
     const int32_t lens[4] = {INT32_MAX, 0, INT32_MAX, 1};
     static int64_t slot_range[4 + MAX_PARTS][2];
     sched_stats stats = new_stats();
-    const int64_t overheads[3] = {0, 5, INT32_MAX};
+    const int64_t overheads[3] = {MLA_SCHED_NO_OVERHEAD, 5, INT32_MAX};
     const int64_t splits[3] = {0, INT64_C(1) << 29, INT64_C(1) << 40};
     for (int k = 0; k < 9; k++) {
         mla_decode_sched_params p = {MAX_PARTS, 1, overheads[k % 3], splits[k / 3]};
         mla_sched_part parts[MAX_PARTS];
         int32_t prefix[5];
         int64_t np = build(lens, 4, &p, parts, MAX_PARTS, prefix);
-        sched_case c = {lens, 4, np, 1, p.overhead, p.split_blocks, parts, prefix};
+        sched_case c = {lens, 4, np, 1, overhead_used(p.overhead), p.split_blocks, parts, prefix};
         check_schedule(&c, &stats, slot_range);
     }
 }
 
+/* Batch-invariant mode with 2^31 - 1 splits (blocks and splits of one
+ * token): a part's walk skips a request's full splits at once, so the
+ * schedule takes microseconds, not the seconds (a minute under ASan) of a
+ * walk split by split. Four parts split the cost of (overhead 0) INT32_MAX - 2
+ * + 1 + 1 blocks at their midpoints: parts 0-2 each end inside request 0 at
+ * the next quarter, the last takes the rest (a part's ends are partial where
+ * their request has more than one split). */
+static void test_invariant_many_splits(void **state)
+{
+    (void)state;
+    const int32_t lens[3] = {INT32_MAX - 2, 0, 1};
+    const mla_decode_sched_params p = {4, 1, MLA_SCHED_NO_OVERHEAD, 1};
+    mla_sched_part parts[4];
+    int32_t prefix[4];
+    double t0 = omp_get_wtime();
+    assert_int_equal(build(lens, 3, &p, parts, 4, prefix), 4);
+    double seconds = omp_get_wtime() - t0;
+    if (seconds > 1.0)
+        fail_msg("2^31 splits scheduled in %.1f s: walked split by split", seconds);
+    assert_int_equal(prefix[1], INT32_MAX - 2);
+    assert_int_equal(prefix[2], INT32_MAX - 1);
+    assert_int_equal(prefix[3], INT32_MAX);
+    const int64_t total = (int64_t)INT32_MAX - 2 + 1 + 1;
+    int64_t begin = 0;
+    for (int i = 0; i < 3; i++) {
+        /* the split [j, j + 1) is taken while j + 1/2 < the share's end, cost 1 each (1/2 -> 0) */
+        const int64_t end = (i + 1) * (total / 4) + (i + 1) * (total % 4) / 4;
+        assert_part(&parts[i], 0, 0, (int)begin, (int)end, (int)begin, 1, 1); /* request 0 split */
+        begin = end;
+    }
+    assert_part(&parts[3], 0, 2, (int)begin, 1, (int)begin, 1, 0);
+}
+
 /* ---- bad input ------------------------------------------------------------------ */
 
-/* Calls with sentinels in every output; expects `status`, a message holding
- * `needle`, and every sentinel intact. */
-static void expect_failure(const int32_t *lens, int64_t num_reqs, const mla_decode_sched_params *p,
-                           int64_t capacity, mla_status status, const char *needle)
+/* Calls, given bad_input, with sentinels in every output; expects
+ * `status`, a message holding `needle`, and every sentinel intact. */
+static void expect_failure(const char *bad_input, const int32_t *lens, int64_t num_reqs,
+                           const mla_decode_sched_params *p, int64_t capacity, mla_status status,
+                           const char *needle)
 {
     mla_sched_part parts[8];
     int32_t prefix[8];
     int64_t np = -77;
     memset(parts, 0x5a, sizeof parts);
     memset(prefix, 0x5a, sizeof prefix);
-    assert_int_equal(mla_build_decode_sched(lens, num_reqs, p, parts, capacity, &np, prefix), status);
-    assert_true(support_contains(mla_last_error(), needle));
+    support_expect_reject("mla_build_decode_sched", bad_input,
+                          mla_build_decode_sched(lens, num_reqs, p, parts, capacity, &np, prefix),
+                          status, needle);
     unsigned char guard[sizeof parts];
     memset(guard, 0x5a, sizeof guard);
     assert_memory_equal(parts, guard, sizeof parts);
@@ -584,41 +638,55 @@ static void test_bad_input(void **state)
     (void)state;
     const int32_t lens[6] = {100, 0, 5000, 64, -3, 7};
     const int32_t huge[2] = {INT32_MAX, INT32_MAX};
-    mla_decode_sched_params p = {.num_parts = 4, .overhead = -1};
-    expect_failure(lens, 6, &p, 8, MLA_ERR_INVALID_ARGUMENT, "seq_lens[4] = -3 is negative");
+    mla_decode_sched_params p = {.num_parts = 4};
+    expect_failure("seq_lens entry -3", lens, 6, &p, 8, MLA_ERR_INVALID_ARGUMENT,
+                   "seq_lens[4] = -3 is negative");
     p.split_blocks = 2;
-    expect_failure(lens, 6, &p, 8, MLA_ERR_INVALID_ARGUMENT, "seq_lens[4] = -3 is negative");
+    expect_failure("seq_lens entry -3 with params split_blocks 2", lens, 6, &p, 8,
+                   MLA_ERR_INVALID_ARGUMENT, "seq_lens[4] = -3 is negative");
     p.split_blocks = 0;
-    expect_failure(lens, -1, &p, 8, MLA_ERR_INVALID_ARGUMENT, "num_reqs = -1 is negative");
-    expect_failure(NULL, 3, &p, 8, MLA_ERR_INVALID_ARGUMENT, "NULL seq_lens");
-    expect_failure(lens, 4, &p, 3, MLA_ERR_CAPACITY, "parts_capacity = 3 < num_parts = 4");
-    expect_failure(lens, 4, &p, -1, MLA_ERR_CAPACITY, "parts_capacity = -1 < num_parts = 4");
-    mla_decode_sched_params threads = {.overhead = -1};
-    expect_failure(lens, 4, &threads, omp_get_max_threads() - 1, MLA_ERR_CAPACITY,
-                   "(omp_get_max_threads())");
+    expect_failure("num_reqs -1", lens, -1, &p, 8, MLA_ERR_INVALID_ARGUMENT,
+                   "num_reqs = -1 is negative");
+    expect_failure("seq_lens NULL", NULL, 3, &p, 8, MLA_ERR_INVALID_ARGUMENT, "NULL seq_lens");
+    expect_failure("parts_capacity 3 below params num_parts 4", lens, 4, &p, 3, MLA_ERR_CAPACITY,
+                   "parts_capacity = 3 < num_parts = 4");
+    expect_failure("parts_capacity -1", lens, 4, &p, -1, MLA_ERR_CAPACITY,
+                   "parts_capacity = -1 < num_parts = 4");
+    mla_decode_sched_params threads = {0};
+    expect_failure("parts_capacity below the default params num_parts (threads)", lens, 4, &threads,
+                   omp_get_max_threads() - 1, MLA_ERR_CAPACITY, "(omp_get_max_threads())");
     mla_decode_sched_params absurd = {.num_parts = (INT64_C(1) << 20) + 1};
-    expect_failure(lens, 4, &absurd, INT64_MAX, MLA_ERR_INVALID_ARGUMENT,
-                   "num_parts = 1048577 exceeds 1048576");
+    expect_failure("params num_parts 2^20 + 1", lens, 4, &absurd, INT64_MAX,
+                   MLA_ERR_INVALID_ARGUMENT, "num_parts = 1048577 exceeds 1048576");
     /* sizes the int32 fields cannot hold; none of these reads seq_lens past [1] */
-    expect_failure(lens, (int64_t)INT32_MAX + 1, &p, 8, MLA_ERR_OVERFLOW,
-                   "num_reqs = 2147483648 does not fit int32");
+    expect_failure("num_reqs 2^31 (past int32)", lens, (int64_t)INT32_MAX + 1, &p, 8,
+                   MLA_ERR_OVERFLOW, "num_reqs = 2147483648 does not fit int32");
     p.num_parts = 2;
-    expect_failure(lens, INT32_MAX, &p, 8, MLA_ERR_OVERFLOW,
+    expect_failure("num_reqs + params num_parts - 1 past int32", lens, INT32_MAX, &p, 8,
+                   MLA_ERR_OVERFLOW,
                    "num_reqs + num_parts - 1 = 2147483648 split slots do not fit int32");
     mla_decode_sched_params fine = {.num_parts = 2, .block_n = 1, .split_blocks = 1};
-    expect_failure(huge, 2, &fine, 8, MLA_ERR_OVERFLOW, "4294967294 splits do not fit int32");
+    expect_failure("splits of long requests past int32", huge, 2, &fine, 8, MLA_ERR_OVERFLOW,
+                   "4294967294 splits do not fit int32");
     mla_decode_sched_params heavy = {.num_parts = 2, .overhead = (int64_t)INT32_MAX + 1};
-    expect_failure(lens, 4, &heavy, 8, MLA_ERR_OVERFLOW, "overhead = 2147483648 does not fit int32");
+    expect_failure("params overhead past int32", lens, 4, &heavy, 8, MLA_ERR_OVERFLOW,
+                   "overhead = 2147483648 does not fit int32");
+    mla_decode_sched_params negative = {.num_parts = 2, .overhead = -2};
+    expect_failure("params overhead -2 (neither a cost nor MLA_SCHED_NO_OVERHEAD)", lens, 4,
+                   &negative, 8, MLA_ERR_INVALID_ARGUMENT, "overhead = -2");
 
     mla_sched_part parts[4];
     int32_t prefix[8];
     int64_t np;
-    assert_int_equal(mla_build_decode_sched(lens, 4, &p, NULL, 4, &np, prefix), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL parts"));
-    assert_int_equal(mla_build_decode_sched(lens, 4, &p, parts, 4, NULL, prefix), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL num_parts"));
-    assert_int_equal(mla_build_decode_sched(lens, 4, &p, parts, 4, &np, NULL), MLA_ERR_INVALID_ARGUMENT);
-    assert_true(support_contains(mla_last_error(), "NULL split_prefix"));
+    support_expect_reject("mla_build_decode_sched", "parts NULL",
+                          mla_build_decode_sched(lens, 4, &p, NULL, 4, &np, prefix),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL parts");
+    support_expect_reject("mla_build_decode_sched", "num_parts (the output) NULL",
+                          mla_build_decode_sched(lens, 4, &p, parts, 4, NULL, prefix),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL num_parts");
+    support_expect_reject("mla_build_decode_sched", "split_prefix NULL",
+                          mla_build_decode_sched(lens, 4, &p, parts, 4, &np, NULL),
+                          MLA_ERR_INVALID_ARGUMENT, "NULL split_prefix");
 }
 
 /* The largest explicit part count is accepted. */
@@ -629,7 +697,7 @@ static void test_max_parts(void **state)
     mla_sched_part *parts = malloc((size_t)n * sizeof *parts);
     const int32_t lens[3] = {70000, 1, 0};
     int32_t prefix[4];
-    mla_decode_sched_params p = {.num_parts = n, .overhead = -1};
+    mla_decode_sched_params p = {.num_parts = n};
     assert_int_equal(build(lens, 3, &p, parts, n, prefix), n);
     assert_true(prefix[3] <= 3 + n - 1);
     assert_true(is_idle(&parts[n - 1], 3));
@@ -640,6 +708,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
+        cmocka_unit_test(test_invariant_many_splits),
         cmocka_unit_test(test_invariant_example),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_empty_batch_and_guards),

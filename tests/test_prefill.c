@@ -19,6 +19,7 @@
  * logit shifts of that order: 6 u (2.4e-2 bf16, 3e-3 f16).
  */
 #include "decode_cases.h"
+#include "oracle.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -273,9 +274,9 @@ static double check(const pcase *c, const char *what)
     for (int64_t r = 0; r < s->reqs; r++)
         for (int64_t t = c->qsl[r]; t < c->qsl[r + 1]; t++)
             for (int64_t e = 0; e < s->H * s->V; e++) {
-                double err = fabs(got[t * s->H * s->V + e] - c->want[t * s->H * s->V + e]) /
-                             (c->max_v[r] > 0 ? c->max_v[r] : 1);
-                if (!(err <= tolerance(s->dtype)))
+                const double want = c->want[t * s->H * s->V + e], scale = c->max_v[r] > 0 ? c->max_v[r] : 1;
+                double err = fabs(got[t * s->H * s->V + e] - want) / scale; /* NaN: not noted */
+                if (!case_close(want, got[t * s->H * s->V + e], tolerance(s->dtype) * scale))
                     fail_msg("%s: %s q / %s cache, token %lld element %lld: got %g, want %g "
                              "(error %.3g of max|v|, tolerance %.3g)", what,
                              mla_dtype_name(s->dtype), mla_dtype_name(s->cache_dtype),
@@ -344,6 +345,41 @@ static void test_oracle_every_dtype(void **state)
         }
     printf("[ ACCURACY ] worst out error / max|v|: f32 %.2g, bf16 %.2g, f16 %.2g\n",
            worst_error[0], worst_error[1], worst_error[2]);
+}
+
+/* NaN in the latent of a new token (its cache row and kv_c or k_pe) that
+ * only the request's later tokens see: the earlier ones, and every other
+ * request, match the oracle, finite; those that see it are NaN, on both
+ * paths (the MHA path's causal flash attention, the absorbed path's decode
+ * pieces). */
+static void test_nan_in_later_tokens(void **state)
+{
+    (void)state;
+    static const mla_dtype dtypes[][2] = {{MLA_DTYPE_F32, MLA_DTYPE_F32},
+                                          {MLA_DTYPE_BF16, MLA_DTYPE_BF16},
+                                          {MLA_DTYPE_F16, MLA_DTYPE_FP8_E4M3}};
+    for (int k = 0; k < COUNT(dtypes); k++) {
+        pcase c;
+        pspec s = mixed(dtypes[k][0], dtypes[k][1], 16, 128);
+        pcase_make(&c, &s);
+        const int64_t width = s.L + s.R;
+        for (int64_t r = 0; r < s.reqs; r++) {
+            if (s.news[r] < 2)
+                continue;
+            const int64_t i = 1 + r % (s.news[r] - 1), pos = s.ctx[r] + i, t = c.qsl[r] + i;
+            const int64_t d = (r * 11 + k) % width; /* latent or rope */
+            const int64_t row = (int64_t)c.table[r * c.rows_per_req + pos / s.block_size] *
+                                s.block_size + pos % s.block_size;
+            oracle_store(s.cache_dtype, c.cache_data, row * width + d, NAN, c.cache.scale);
+            if (d < s.L)
+                oracle_store(s.dtype, c.kv_c, t * s.L + d, NAN, 1.0f);
+            else
+                oracle_store(s.dtype, c.k_pe, t * s.R + d - s.L, NAN, 1.0f);
+        }
+        oracle(&c);
+        run_paths(&c, "NaN in a later token");
+        pcase_free(&c);
+    }
 }
 
 /* Block sizes 1 / 16 / 64 and workspaces from one block per request with
@@ -497,20 +533,30 @@ static void test_choose_path(void **state)
     assert_int_equal(mla_prefill_choose_path(&a, 1), MLA_PREFILL_PATH_ABSORBED);
 }
 
-/* Bad input: status, a message naming the problem, out untouched. */
-static void expect_reject(pcase *c, const mla_prefill_args *a, mla_status want, const char *needle)
+/* mla_prefill(a), a given bad_input, in a workspace of `bytes` and out
+ * both full of guard bytes: it fails with `want` and a message naming
+ * `needle`, and every guard byte survives. */
+static void expect_reject_in(pcase *c, const char *bad_input, const mla_prefill_args *a,
+                             int64_t bytes, mla_status want, const char *needle)
+{
+    unsigned char *ws = case_alloc((size_t)bytes);
+    memset(ws, GUARD, (size_t)bytes);
+    memset(c->out, GUARD, c->out_bytes);
+    support_expect_reject("mla_prefill", bad_input, mla_prefill(a, ws, bytes, 1), want, needle);
+    case_expect_guards(c->out, c->out_bytes, "rejected call: out");
+    case_expect_guards(ws, (size_t)bytes, "rejected call: workspace");
+    free(ws);
+}
+
+/* Bad input: status, a message naming the problem, out and the workspace
+ * untouched. */
+static void expect_reject(pcase *c, const char *bad_input, const mla_prefill_args *a,
+                          mla_status want, const char *needle)
 {
     int64_t bytes = 0;
     mla_prefill_args sized = pcase_args(c, MLA_PREFILL_PATH_AUTO); /* the most any path needs */
     assert_int_equal(mla_prefill_workspace_size(&sized, 1, &bytes), MLA_OK);
-    void *ws = case_alloc((size_t)bytes);
-    memset(c->out, GUARD, c->out_bytes);
-    mla_status st = mla_prefill(a, ws, bytes, 1);
-    free(ws);
-    if (st != want || !support_contains(mla_last_error(), needle))
-        fail_msg("want %s with \"%s\", got %s: %s", mla_status_str(want), needle,
-                 mla_status_str(st), mla_last_error());
-    case_expect_guards(c->out, c->out_bytes, "rejected call: out");
+    expect_reject_in(c, bad_input, a, bytes, want, needle);
 }
 
 static void test_rejects(void **state)
@@ -524,55 +570,184 @@ static void test_rejects(void **state)
     pcase_make(&other, &t);
     mla_prefill_args a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.plan = other.plan;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "cover");
+    expect_reject(&c, "plan made for another batch", &a, MLA_ERR_INVALID_ARGUMENT, "cover");
     a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.plan = NULL;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "plan is NULL");
+    expect_reject(&c, "plan NULL with context on the MHA path", &a, MLA_ERR_INVALID_ARGUMENT,
+                  "plan is NULL");
     int64_t bytes = 0;
     a = pcase_args(&c, MLA_PREFILL_PATH_AUTO);
     assert_int_equal(mla_prefill_workspace_size(&a, 1, &bytes), MLA_OK);
-    void *ws = malloc((size_t)bytes);
-    memset(c.out, GUARD, c.out_bytes);
-    mla_status st = mla_prefill(&a, ws, bytes - 1, 1);
-    if (st == MLA_OK || !support_contains(mla_last_error(), "workspace"))
-        fail_msg("a workspace 1 byte short: %s: %s", mla_status_str(st), mla_last_error());
-    case_expect_guards(c.out, c.out_bytes, "workspace 1 byte short: out");
-    free(ws);
+    expect_reject_in(&c, "workspace 1 byte short", &a, bytes - 1, MLA_ERR_CAPACITY, "workspace");
     int32_t saved = c.table[1];
     c.table[1] = (int32_t)c.cache.num_blocks; /* request 0's second block */
     a = pcase_args(&c, MLA_PREFILL_PATH_ABSORBED);
-    expect_reject(&c, &a, MLA_ERR_OUT_OF_RANGE, "block");
+    expect_reject(&c, "block_table id past num_blocks", &a, MLA_ERR_OUT_OF_RANGE, "block");
     c.table[1] = saved;
     a = pcase_args(&c, MLA_PREFILL_PATH_AUTO);
     a.q = NULL;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "q");
+    expect_reject(&c, "q NULL", &a, MLA_ERR_INVALID_ARGUMENT, "q");
     a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.kv_b_proj = NULL;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "kv_b_proj");
+    expect_reject(&c, "kv_b_proj NULL on the MHA path", &a, MLA_ERR_INVALID_ARGUMENT, "kv_b_proj");
     a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.kv_b_proj_packed = pack_kv_b_proj(&other);
     a.num_heads = 1; /* packed for 3 */
     a.q_token_stride = a.q_head_stride = s.P + s.R;
     a.out_token_stride = s.V;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "kv_b_proj_packed is for 3 heads");
+    expect_reject(&c, "kv_b_proj_packed for another shape", &a, MLA_ERR_INVALID_ARGUMENT,
+                  "kv_b_proj_packed is for 3 heads");
     free((void *)a.kv_b_proj_packed);
     a = pcase_args(&c, MLA_PREFILL_PATH_ABSORBED);
     a.w_uv = NULL;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "w_uv");
+    expect_reject(&c, "w_uv NULL on the absorbed path", &a, MLA_ERR_INVALID_ARGUMENT, "w_uv");
     int32_t ctx[6];
     memcpy(ctx, s.ctx, sizeof ctx);
     ctx[5] = 5; /* context after a request without */
     a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.context_lens = ctx;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "come first");
+    expect_reject(&c, "a request with context after one without", &a, MLA_ERR_INVALID_ARGUMENT,
+                  "come first");
     a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.path = (mla_prefill_path)7;
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "path");
+    expect_reject(&c, "path not an mla_prefill_path", &a, MLA_ERR_INVALID_ARGUMENT, "path");
     a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
     a.out = c.q; /* out over q */
-    expect_reject(&c, &a, MLA_ERR_INVALID_ARGUMENT, "overlap");
+    expect_reject(&c, "out over q", &a, MLA_ERR_INVALID_ARGUMENT, "overlap");
+    /* the weights' sizes bound every per-head product: checked first, by
+     * the size query too */
+    a = pcase_args(&c, MLA_PREFILL_PATH_ABSORBED);
+    a.num_heads = INT64_C(1) << 60;
+    expect_reject(&c, "num_heads 2^60 (weight sizes past int64)", &a, MLA_ERR_OVERFLOW,
+                  "mla_prefill: kv_b_proj of 1152921504606846976 heads");
+    support_expect_reject("mla_prefill_workspace_size", "num_heads 2^60 (weight sizes past int64)",
+                          mla_prefill_workspace_size(&a, 1, &bytes), MLA_ERR_OVERFLOW,
+                          "mla_prefill_workspace_size: kv_b_proj of");
+    /* weights that fit, but not the absorbed path's 64 queries x H rows */
+    const mla_prefill_args narrow = {.num_heads = INT64_C(1) << 59, .kv_lora_rank = 1,
+                                     .qk_nope_dim = 1, .v_head_dim = 1, .scale = 1.0f,
+                                     .dtype = MLA_DTYPE_F32, .path = MLA_PREFILL_PATH_ABSORBED};
+    support_expect_reject("mla_prefill_workspace_size",
+                          "num_heads 2^59 (the absorbed path's rows past int64)",
+                          mla_prefill_workspace_size(&narrow, 1, &bytes), MLA_ERR_OVERFLOW,
+                          "overflows");
     pcase_free(&other);
     pcase_free(&c);
+}
+
+/* The paths AUTO takes for c: both, or the test is not testing them. */
+static void expect_both_paths(const pcase *c)
+{
+    mla_prefill_args a = pcase_args(c, MLA_PREFILL_PATH_AUTO);
+    bool mha = false, absorbed = false;
+    for (int64_t r = 0; r < c->s.reqs; r++) {
+        if (c->s.news[r] == 0)
+            continue;
+        bool abs = mla_prefill_choose_path(&a, r) == MLA_PREFILL_PATH_ABSORBED;
+        absorbed |= abs;
+        mha |= !abs;
+    }
+    assert_true(mha && absorbed);
+}
+
+/* A step that would fail only after earlier steps wrote fails the call
+ * before anything is written (the MHA steps write out before the absorbed
+ * path's decode runs): a forced backend that cannot run one of the steps,
+ * and a workspace that shares bytes with an input. */
+static void test_rejects_before_any_step(void **state)
+{
+    (void)state;
+    pcase c;
+    pspec s = mixed(MLA_DTYPE_F32, MLA_DTYPE_BF16, 16, 64);
+    pcase_make(&c, &s);
+    expect_both_paths(&c);
+    mla_prefill_args a = pcase_args(&c, MLA_PREFILL_PATH_AUTO);
+    const mla_op ops[] = {MLA_OP_PREFILL, MLA_OP_DECODE};
+    /* what the steps ask each op group for: f32 everywhere but the bf16 cache */
+    const mla_config cfgs[] = {
+        {.q_dtype = MLA_DTYPE_F32, .cache_dtype = MLA_DTYPE_F32, .kv_lora_rank = s.L,
+         .num_heads = s.H, .block_size = 1},
+        {.q_dtype = MLA_DTYPE_F32, .cache_dtype = MLA_DTYPE_BF16, .kv_lora_rank = s.L,
+         .rope_dim = s.R, .num_heads = s.H, .block_size = s.block_size},
+    };
+    int forced = 0;
+    support_unfit_backend(); /* refuses both steps on any CPU */
+    for (int o = 0; o < COUNT(ops); o++)
+        for (int i = 0; i < mla_backend_count(); i++) {
+            const char *name = mla_backend_at(i)->name;
+            mla_reasons cpu, why;
+            assert_int_equal(mla_backend_validate(name, ops[o], NULL, &cpu), MLA_OK);
+            assert_int_equal(mla_backend_validate(name, ops[o], &cfgs[o], &why), MLA_OK);
+            if (cpu.count > 0 || why.count == 0)
+                continue;
+            assert_int_equal(mla_force_backend(ops[o], name), MLA_OK);
+            expect_reject(&c, "forced decode or prefill backend that cannot run a step", &a,
+                          MLA_ERR_BACKEND_INVALID, why.text[0]);
+            assert_int_equal(mla_force_backend(ops[o], NULL), MLA_OK);
+            printf("[ FORCED   ] %s on %s: rejected before any step: %s\n", mla_op_name(ops[o]),
+                   name, mla_last_error());
+            forced++;
+        }
+    assert_true(forced >= 2);
+
+    /* kv_c inside the workspace, where the up-projection would write */
+    int64_t bytes = 0;
+    assert_int_equal(mla_prefill_workspace_size(&a, 1, &bytes), MLA_OK);
+    const size_t kv_c_bytes = (size_t)(c.T * s.L * c.elem);
+    unsigned char *ws = case_alloc((size_t)bytes);
+    memset(ws, GUARD, (size_t)bytes);
+    memcpy(ws, c.kv_c, kv_c_bytes);
+    a.kv_c = ws;
+    memset(c.out, GUARD, c.out_bytes);
+    support_expect_reject("mla_prefill", "kv_c inside the workspace", mla_prefill(&a, ws, bytes, 1),
+                          MLA_ERR_INVALID_ARGUMENT, "mla_prefill: workspace overlaps kv_c");
+    assert_memory_equal(ws, c.kv_c, kv_c_bytes);
+    case_expect_guards(ws + kv_c_bytes, (size_t)bytes - kv_c_bytes, "kv_c in it: workspace");
+    case_expect_guards(c.out, c.out_bytes, "kv_c in the workspace: out");
+    free(ws);
+    pcase_free(&c);
+}
+
+/* A request's length (context + new tokens) past int32 cannot be a seq_lens
+ * entry of the absorbed path: refused before the MHA request next to it
+ * writes its rows of out. The cache is declared with blocks of 2^31 rows
+ * and never read. */
+static void test_long_request(void **state)
+{
+    (void)state;
+    enum { H = 1, L = 8, P = 4, V = 4, NEW = 600, T = NEW + 2 };
+    static float q[T * H * P], kv_c[T * L], kvb[H * (P + V) * L], w_uk_t[H * P * L],
+        w_uv[H * L * V];
+    static uint16_t rows[64];
+    for (int i = 0; i < T * H * P; i++)
+        q[i] = (float)case_uniform();
+    for (int i = 0; i < T * L; i++)
+        kv_c[i] = (float)case_uniform();
+    for (int i = 0; i < H * (P + V) * L; i++)
+        kvb[i] = (float)case_uniform();
+    assert_int_equal(mla_prepare_weights(kvb, MLA_DTYPE_F32, H, L, P, V, w_uk_t, w_uv,
+                                         MLA_DTYPE_F32, 1), MLA_OK);
+    mla_kv_cache cache = {.data = rows, .dtype = MLA_DTYPE_BF16, .num_blocks = 2,
+                          .block_size = INT64_C(1) << 31, .width = L, .scale = 1.0f};
+    int32_t qsl[3] = {0, 2, T}, ctx[2] = {INT32_MAX - 1, 0}, table[4] = {0, 1, 1, 0};
+    pcase c = {.out_bytes = T * H * V * sizeof(float) + 2 * MARGIN};
+    c.out = case_alloc(c.out_bytes);
+    mla_prefill_args a = {
+        .num_prefills = 2, .num_tokens = T, .num_heads = H, .kv_lora_rank = L, .rope_dim = 0,
+        .qk_nope_dim = P, .v_head_dim = V, .scale = 0.3f, .dtype = MLA_DTYPE_F32,
+        .query_start_loc = qsl, .context_lens = ctx, .cache = &cache, .block_table = table,
+        .block_table_cols = 2, .q = q, .q_token_stride = H * P, .q_head_stride = P,
+        .kv_c = kv_c, .kv_c_stride = L, .kv_b_proj = kvb, .kv_b_proj_dtype = MLA_DTYPE_F32,
+        .w_uk_t = w_uk_t, .w_uv = w_uv, .w_dtype = MLA_DTYPE_F32,
+        .out = (char *)c.out + MARGIN, .out_token_stride = H * V};
+    assert_int_equal(mla_prefill_choose_path(&a, 0), MLA_PREFILL_PATH_ABSORBED);
+    assert_int_equal(mla_prefill_choose_path(&a, 1), MLA_PREFILL_PATH_MHA);
+    int64_t bytes = 0;
+    assert_int_equal(mla_prefill_workspace_size(&a, 1, &bytes), MLA_OK);
+    expect_reject_in(&c, "context + new tokens of a request past int32", &a, bytes,
+                     MLA_ERR_OVERFLOW,
+                     "request 0 has 2147483646 context + 2 new tokens, past int32");
+    free(c.out);
 }
 
 int main(void)
@@ -581,6 +756,8 @@ int main(void)
         cmocka_unit_test(test_oracle_every_dtype), cmocka_unit_test(test_chunking),
         cmocka_unit_test(test_chunked_equals_unchunked), cmocka_unit_test(test_every_backend),
         cmocka_unit_test(test_choose_path), cmocka_unit_test(test_rejects),
+        CASE_TEST(test_rejects_before_any_step), CASE_TEST(test_long_request),
+        cmocka_unit_test(test_nan_in_later_tokens),
     };
     return cmocka_run_group_tests_name("prefill", tests, NULL, NULL);
 }

@@ -8,18 +8,16 @@
 
 /* ---- split-KV decode schedules ------------------------------------------ */
 
-/* mla_build_decode_sched's defaults are FlashMLA's (docs/semantics.md §5.3):
- * 64-token blocks, a segment costing 5 blocks. A caller building a schedule
- * to hand to a GPU-shaped consumer gets FlashMLA's cut points. */
-#define MLA_SCHED_BLOCK_N 64
-#define MLA_SCHED_OVERHEAD 5
-
-/* mla_decode without the caller's schedule: 16-token blocks, a segment
- * costing about two of them (packing its queries, writing its rows). Finer
- * than FlashMLA's 64 + 5, which leaves CPU threads up to 1/8 idle when each
- * part holds only a few dozen blocks. */
-#define MLA_DECODE_BLOCK_N 16
-#define MLA_DECODE_OVERHEAD 2
+/* The default split-KV schedule, of mla_decode and mla_build_decode_sched
+ * alike (a zero field of mla_decode_sched_params): 16-token blocks, a
+ * segment costing about two of them (packing its queries, writing its
+ * rows). Finer than FlashMLA's 64 + 5 (docs/semantics.md §5.3), which
+ * leaves CPU threads up to 1/8 idle when each part holds only a few dozen
+ * blocks; a caller wanting FlashMLA's cut points asks for 64 and 5. One
+ * default for both, so that a schedule built for inspection is the one
+ * mla_decode runs, and a batch-invariant mode keyed on block_n agrees. */
+#define MLA_SCHED_BLOCK_N 16
+#define MLA_SCHED_OVERHEAD 2
 
 /* An explicit part count above this is a caller bug, not a machine size; it
  * also bounds the schedule's workspace before any size is formed. */

@@ -3,6 +3,7 @@
  * check passes. */
 #include "dispatch.h"
 #include "checks.h"
+#include "trace.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/size.h"
@@ -19,6 +20,10 @@ mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int
                                 int64_t kv_lora_rank, int64_t rope_dim,
                                 const int64_t *slot_mapping, int64_t num_tokens, int threads)
 {
+    if (mla_tracing())
+        return mla_trace_concat_and_cache(cache, kv_c, kv_c_stride, k_pe, k_pe_stride, src_dtype,
+                                          kv_lora_rank, rope_dim, slot_mapping, num_tokens,
+                                          threads);
     static const char fn[] = "mla_concat_and_cache";
     mla_kv_cache c;
     mla_status st = mla_check_cache(fn, cache, &c);
@@ -68,13 +73,7 @@ static mla_status check_spec(const char *fn, const mla_gather_spec *spec)
                         (long long)spec->block_table_cols);
     if (!spec->cu_seq_lens)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: cu_seq_lens is NULL", fn);
-    if (spec->num_reqs > 0 && spec->block_table_cols > 0 && !spec->block_table)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: block_table is NULL", fn);
-    int64_t cells;
-    if (!mla_mul_size(spec->num_reqs, spec->block_table_cols, &cells))
-        return mla_fail(MLA_ERR_OVERFLOW, "%s: block_table of %lld x %lld overflows", fn,
-                        (long long)spec->num_reqs, (long long)spec->block_table_cols);
-    return MLA_OK;
+    return mla_check_block_table(fn, spec->block_table, spec->num_reqs, spec->block_table_cols);
 }
 
 /* Position pos of request r must have a block table column and a valid
@@ -138,6 +137,9 @@ mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *sp
                             const int32_t *token_to_seq, int64_t num_tokens, void *dst,
                             mla_dtype dst_dtype, int64_t dst_stride, int threads)
 {
+    if (mla_tracing())
+        return mla_trace_gather_cache(cache, spec, token_to_seq, num_tokens, dst, dst_dtype,
+                                      dst_stride, threads);
     static const char fn[] = "mla_gather_cache";
     mla_kv_cache c;
     mla_status st = mla_check_cache(fn, cache, &c);
@@ -193,6 +195,8 @@ static mla_status check_cp_requests(const char *fn, const mla_kv_cache *c, const
 mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec, void *dst,
                                int64_t dst_stride, int threads)
 {
+    if (mla_tracing())
+        return mla_trace_cp_gather_cache(cache, spec, dst, dst_stride, threads);
     static const char fn[] = "mla_cp_gather_cache";
     mla_kv_cache c;
     mla_status st = mla_check_cache(fn, cache, &c);

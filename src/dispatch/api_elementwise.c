@@ -1,5 +1,7 @@
 /* Public element-wise ops: check arguments -> pick backend -> run driver. */
+#include "checks.h"
 #include "dispatch.h"
+#include "trace.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/size.h"
@@ -22,47 +24,60 @@ static mla_status run(mla_elementwise_kind kind, void *dst, const void *src, int
     mla_status st = mla_dispatch(MLA_OP_CONVERT, NULL, &k, &backend);
     if (st != MLA_OK)
         return st;
-    mla_elementwise(k, kind, dst, src, n, scale, threads > 0 ? threads : mla_default_threads());
+    mla_elementwise(k, kind, dst, src, n, scale, mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+/* Both conversions, their messages naming the entry point called. */
+static mla_status convert(const char *fn, mla_dtype dst_dtype, void *dst, mla_dtype src_dtype,
+                          const void *src, int64_t n, float scale, int threads)
+{
+    if (n < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: n = %lld < 0", fn, (long long)n);
+    if (n > 0 && (!dst || !src))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, dst ? "src" : "dst");
+    mla_elementwise_kind kind;
+    if (!mla_conversion_kind(dst_dtype, src_dtype, &kind))
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: %s -> %s not supported "
+                        "(supported: f32 <-> bf16, f16, fp8_e4m3, fp8_e5m2)", fn,
+                        mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
+    if (!mla_fp8_scale_ok(scale))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: scale %g is not finite and > 0", fn,
+                        (double)scale);
+    if (scale != 1.0f && !mla_dtype_is_fp8(src_dtype) && !mla_dtype_is_fp8(dst_dtype))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: scale %g given for %s -> %s "
+                        "(only fp8 conversions are scaled)", fn, (double)scale,
+                        mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
+    int64_t src_bytes, dst_bytes;
+    if (!mla_mul_size(n, mla_dtype_size(src_dtype), &src_bytes) ||
+        !mla_mul_size(n, mla_dtype_size(dst_dtype), &dst_bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: n = %lld elements overflows", fn, (long long)n);
+    if (n > 0 && overlaps(dst, dst_bytes, src, src_bytes))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: src and dst overlap", fn);
+    return run(kind, dst, src, n, scale, threads);
 }
 
 mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
                               int64_t n, float scale, int threads)
 {
-    if (n < 0)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: n = %lld < 0", (long long)n);
-    if (n > 0 && (!dst || !src))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: NULL %s", dst ? "src" : "dst");
-    mla_elementwise_kind kind;
-    if (!mla_conversion_kind(dst_dtype, src_dtype, &kind))
-        return mla_fail(MLA_ERR_UNSUPPORTED, "mla_convert: %s -> %s not supported "
-                        "(supported: f32 <-> bf16, f16, fp8_e4m3, fp8_e5m2)",
-                        mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
-    if (!mla_fp8_scale_ok(scale))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: scale %g is not finite and > 0",
-                        (double)scale);
-    if (scale != 1.0f && !mla_dtype_is_fp8(src_dtype) && !mla_dtype_is_fp8(dst_dtype))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: scale %g given for %s -> %s "
-                        "(only fp8 conversions are scaled)", (double)scale,
-                        mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
-    int64_t src_bytes, dst_bytes;
-    if (!mla_mul_size(n, mla_dtype_size(src_dtype), &src_bytes) ||
-        !mla_mul_size(n, mla_dtype_size(dst_dtype), &dst_bytes))
-        return mla_fail(MLA_ERR_OVERFLOW, "mla_convert: n = %lld elements overflows", (long long)n);
-    if (n > 0 && overlaps(dst, dst_bytes, src, src_bytes))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_convert: src and dst overlap");
-    return run(kind, dst, src, n, scale, threads);
+    if (mla_tracing())
+        return mla_trace_convert_scaled(dst_dtype, dst, src_dtype, src, n, scale, threads);
+    return convert("mla_convert_scaled", dst_dtype, dst, src_dtype, src, n, scale, threads);
 }
 
 mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
                        int64_t n, int threads)
 {
-    return mla_convert_scaled(dst_dtype, dst, src_dtype, src, n, 1.0f, threads);
+    if (mla_tracing())
+        return mla_trace_convert(dst_dtype, dst, src_dtype, src, n, threads);
+    return convert("mla_convert", dst_dtype, dst, src_dtype, src, n, 1.0f, threads);
 }
 
 mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads)
 {
+    if (mla_tracing())
+        return mla_trace_exp_f32(dst, src, n, threads);
     if (n < 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_exp_f32: n = %lld < 0", (long long)n);
     if (n > 0 && (!dst || !src))

@@ -3,6 +3,8 @@
  * MLA_OP_PREFILL backend -> run the driver. */
 #include "checks.h"
 #include "dispatch.h"
+#include "ops.h"
+#include "trace.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/size.h"
@@ -18,6 +20,10 @@ static mla_status check_dims(const char *fn, const mla_flash_attn_args *a)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_seqs %lld, num_heads %lld, total_q %lld, "
                         "total_k %lld (need >= 0, >= 1, >= 0, >= 0)", fn, (long long)a->num_seqs,
                         (long long)a->num_heads, (long long)a->total_q, (long long)a->total_k);
+    /* it is cu_seqlens_q[B]; the workspace's units are counted from it */
+    if (a->total_q > INT32_MAX)
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: total_q %lld does not fit int32 (cu_seqlens_q)", fn,
+                        (long long)a->total_q);
     if (a->qk_dim < 1 || a->v_dim < 1)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: qk_dim %lld, v_dim %lld (need >= 1)", fn,
                         (long long)a->qk_dim, (long long)a->v_dim);
@@ -98,6 +104,15 @@ static mla_status check_args(const char *fn, const mla_flash_attn_args *a)
     return mla_check_apart(fn, "lse", lse, "out", out);
 }
 
+mla_status mla_flash_attn_backend(const mla_flash_attn_args *a, const mla_kernels **k,
+                                  const char **name)
+{
+    mla_config cfg = {.q_dtype = a->dtype, .cache_dtype = a->dtype,
+                      .kv_lora_rank = a->qk_dim - a->rope_dim, .rope_dim = a->rope_dim,
+                      .num_heads = a->num_heads, .block_size = 1};
+    return mla_dispatch(MLA_OP_PREFILL, &cfg, k, name);
+}
+
 mla_status mla_flash_attn_varlen_workspace_size(const mla_flash_attn_args *args, int threads,
                                                 int64_t *bytes)
 {
@@ -115,6 +130,8 @@ mla_status mla_flash_attn_varlen_workspace_size(const mla_flash_attn_args *args,
 mla_status mla_flash_attn_varlen(const mla_flash_attn_args *args, void *workspace,
                                  int64_t workspace_bytes, int threads)
 {
+    if (mla_tracing())
+        return mla_trace_flash_attn_varlen(args, workspace, workspace_bytes, threads);
     static const char fn[] = "mla_flash_attn_varlen";
     mla_status st = check_args(fn, args);
     if (st != MLA_OK)
@@ -125,12 +142,9 @@ mla_status mla_flash_attn_varlen(const mla_flash_attn_args *args, void *workspac
         return mla_fail(MLA_ERR_OVERFLOW, "%s: workspace size overflows", fn);
     if ((st = mla_check_workspace(fn, workspace, workspace_bytes, need)) != MLA_OK)
         return st;
-    mla_config cfg = {.q_dtype = args->dtype, .cache_dtype = args->dtype,
-                      .kv_lora_rank = args->qk_dim - args->rope_dim, .rope_dim = args->rope_dim,
-                      .num_heads = args->num_heads, .block_size = 1};
     const mla_kernels *k;
     const char *backend;
-    if ((st = mla_dispatch(MLA_OP_PREFILL, &cfg, &k, &backend)) != MLA_OK)
+    if ((st = mla_flash_attn_backend(args, &k, &backend)) != MLA_OK)
         return st;
     mla_flash_attn_run(k, args, workspace, t);
     mla_note_backend(backend);

@@ -3,6 +3,8 @@
  * backend -> run the driver. */
 #include "checks.h"
 #include "dispatch.h"
+#include "ops.h"
+#include "trace.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/size.h"
@@ -102,8 +104,17 @@ static mla_status check_overlaps(const char *fn, const mla_merge_attn_args *a)
     return MLA_OK;
 }
 
+mla_status mla_merge_backend(const mla_merge_attn_args *a, const mla_kernels **k, const char **name)
+{
+    mla_config cfg = {.q_dtype = a->dtype, .cache_dtype = a->dtype, .kv_lora_rank = a->head_dim,
+                      .rope_dim = 0, .num_heads = a->num_heads, .block_size = 1};
+    return mla_dispatch(MLA_OP_PREFILL, &cfg, k, name);
+}
+
 mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int threads)
 {
+    if (mla_tracing())
+        return mla_trace_merge_attn_states(args, threads);
     static const char fn[] = "mla_merge_attn_states";
     if (!args)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
@@ -112,12 +123,9 @@ mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int threads)
     if ((st = check_sizes(fn, args, &with_context)) || (st = check_views(fn, args)) ||
         (st = check_overlaps(fn, args)))
         return st;
-    mla_config cfg = {.q_dtype = args->dtype, .cache_dtype = args->dtype,
-                      .kv_lora_rank = args->head_dim, .rope_dim = 0,
-                      .num_heads = args->num_heads, .block_size = 1};
     const mla_kernels *k;
     const char *backend;
-    if ((st = mla_dispatch(MLA_OP_PREFILL, &cfg, &k, &backend)) != MLA_OK)
+    if ((st = mla_merge_backend(args, &k, &backend)) != MLA_OK)
         return st;
     mla_merge_run(k, args, with_context, mla_resolve_threads(threads));
     mla_note_backend(backend);

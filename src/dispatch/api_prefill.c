@@ -7,10 +7,13 @@
  * causal, in pieces of MLA_PREFILL_ABSORBED_PIECE tokens) for the others.
  *
  * Each step is a public op of this floor, run on parts of the caller's
- * workspace. Everything those ops check is checked here first, so none of
- * them fails halfway and a bad call writes nothing. */
+ * workspace. Everything those ops check is checked here first (the
+ * backend each picks, and that the workspace overlaps no other buffer,
+ * included), so none of them fails halfway and a bad call writes nothing. */
 #include "checks.h"
+#include "dispatch.h"
 #include "ops.h"
+#include "trace.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/policy.h"
@@ -76,6 +79,14 @@ static mla_status check_shape(const char *fn, const mla_prefill_args *a)
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: qk_nope_dim + rope_dim = %lld + %lld and "
                         "v_head_dim %lld must be at most %d", fn, (long long)a->qk_nope_dim,
                         (long long)a->rope_dim, (long long)a->v_head_dim, MLA_FLASH_ATTN_MAX_DIM);
+    /* the weights' rows, H(P + V) of L f32 at most, bound every per-head
+     * width product the call forms (H V, H P L, H L V) */
+    int64_t rows, bytes;
+    if (!mla_mul_size(a->num_heads, a->qk_nope_dim + a->v_head_dim, &rows) ||
+        !mla_span_bytes(rows, a->kv_lora_rank, a->kv_lora_rank, sizeof(float), &bytes))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: kv_b_proj of %lld heads x (%lld + %lld) rows x "
+                        "%lld overflows", fn, (long long)a->num_heads, (long long)a->qk_nope_dim,
+                        (long long)a->v_head_dim, (long long)a->kv_lora_rank);
     if (!mla_dtype_is_float(a->dtype))
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: dtype %s (need f32, bf16 or f16)", fn,
                         mla_dtype_name(a->dtype));
@@ -138,10 +149,9 @@ static mla_status scratch_bytes(const char *fn, const mla_prefill_args *a, int t
             return st;
     }
     if (a->path != MLA_PREFILL_PATH_MHA) {
-        const int32_t len = PIECE;
         mla_decode_args shape = {.num_reqs = 1, .s_q = PIECE, .num_heads = a->num_heads,
                                  .kv_lora_rank = a->kv_lora_rank, .rope_dim = a->rope_dim,
-                                 .q_dtype = a->dtype, .seq_lens = &len};
+                                 .q_dtype = a->dtype};
         if ((st = mla_decode_forward_bytes(fn, &shape, a->qk_nope_dim, a->v_head_dim, threads,
                                            &absorbed)) != MLA_OK)
             return st;
@@ -213,6 +223,11 @@ static mla_status check_batch(const char *fn, const mla_prefill_args *a)
         if (a->context_lens[r] < 0)
             return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: context_lens[%lld] = %d is negative",
                             fn, (long long)r, a->context_lens[r]);
+        /* the sequence length, an int32 seq_lens entry of the absorbed path */
+        if (a->context_lens[r] + new_tokens(a, r) > INT32_MAX)
+            return mla_fail(MLA_ERR_OVERFLOW, "%s: request %lld has %d context + %lld new "
+                            "tokens, past int32", fn, (long long)r, a->context_lens[r],
+                            (long long)new_tokens(a, r));
         if (r > 0 && a->context_lens[r] > 0 && a->context_lens[r - 1] == 0)
             return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: request %lld has context after request "
                             "%lld without (prefills with context come first, as "
@@ -225,17 +240,12 @@ static mla_status check_batch(const char *fn, const mla_prefill_args *a)
  * the block table and names a cache block. */
 static mla_status check_blocks(const char *fn, const mla_prefill_args *a, const mla_kv_cache *c)
 {
-    if (a->block_table_cols < 0 || (a->num_prefills > 0 && a->block_table_cols > 0 && !a->block_table))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: block_table %s", fn,
-                        a->block_table_cols < 0 ? "has negative cols" : "is NULL");
-    for (int64_t r = 0; r < a->num_prefills; r++) {
-        mla_status st = mla_check_request_blocks(fn, c, a->block_table, a->block_table_cols, r,
-                                                 "context_lens + new tokens",
-                                                 a->context_lens[r] + new_tokens(a, r));
-        if (st != MLA_OK)
-            return st;
-    }
-    return MLA_OK;
+    mla_status st = mla_check_block_table(fn, a->block_table, a->num_prefills, a->block_table_cols);
+    for (int64_t r = 0; r < a->num_prefills && st == MLA_OK; r++)
+        st = mla_check_request_blocks(fn, c, a->block_table, a->block_table_cols, r,
+                                      "context_lens + new tokens",
+                                      a->context_lens[r] + new_tokens(a, r));
+    return st;
 }
 
 /* The plan was made for this batch: the same prefills and with-context
@@ -287,11 +297,17 @@ static mla_status check_plan(const char *fn, const mla_prefill_args *a, int64_t 
     return MLA_OK;
 }
 
+/* The caller's buffers of the call, where a path taken uses them (empty
+ * spans elsewhere). */
+typedef struct prefill_buffers {
+    mla_span q, out, kv_c, k_pe, w, w_uk_t, w_uv;
+} prefill_buffers;
+
 /* What the paths chosen need: q, out and the absorbed weights always when
  * taken; new-token latent rows and kv_b_proj for MHA. out shares no byte
- * with what it is computed from. */
+ * with what it is computed from. *b gets the buffers' spans. */
 static mla_status check_buffers(const char *fn, const mla_prefill_args *a, bool any_mha,
-                                bool any_absorbed)
+                                bool any_absorbed, prefill_buffers *b)
 {
     const int64_t T = a->num_tokens, H = a->num_heads, L = a->kv_lora_rank, R = a->rope_dim;
     const int64_t P = a->qk_nope_dim, V = a->v_head_dim;
@@ -300,10 +316,9 @@ static mla_status check_buffers(const char *fn, const mla_prefill_args *a, bool 
                              a->dtype, false)) ||
         (st = mla_check_rows(fn, "out", a->out, T, a->out_token_stride, H * V, a->dtype)))
         return st;
-    const mla_span out = mla_view_span(a->out, T, 1, H * V, a->out_token_stride, 0, a->dtype);
-    if ((st = mla_check_apart(fn, "out", out, "q",
-                              mla_view_span(a->q, T, H, P + R, a->q_token_stride,
-                                            a->q_head_stride, a->dtype))))
+    b->out = mla_view_span(a->out, T, 1, H * V, a->out_token_stride, 0, a->dtype);
+    b->q = mla_view_span(a->q, T, H, P + R, a->q_token_stride, a->q_head_stride, a->dtype);
+    if ((st = mla_check_apart(fn, "out", b->out, "q", b->q)))
         return st;
     if (any_mha) {
         if (!a->kv_b_proj && !a->kv_b_proj_packed)
@@ -312,20 +327,20 @@ static mla_status check_buffers(const char *fn, const mla_prefill_args *a, bool 
         if (!mla_dtype_is_float(a->kv_b_proj_dtype))
             return mla_fail(MLA_ERR_UNSUPPORTED, "%s: kv_b_proj dtype %s (need f32, bf16 or "
                             "f16)", fn, mla_dtype_name(a->kv_b_proj_dtype));
-        const mla_span kv_c = mla_view_span(a->kv_c, T, 1, L, a->kv_c_stride, 0, a->dtype);
-        const mla_span k_pe = mla_view_span(a->k_pe, T, 1, R, a->k_pe_stride, 0, a->dtype);
-        mla_span w = mla_view_span(a->kv_b_proj, H * (P + V), 1, L, L, 0, a->kv_b_proj_dtype);
+        b->kv_c = mla_view_span(a->kv_c, T, 1, L, a->kv_c_stride, 0, a->dtype);
+        b->k_pe = mla_view_span(a->k_pe, T, 1, R, a->k_pe_stride, 0, a->dtype);
+        b->w = mla_view_span(a->kv_b_proj, H * (P + V), 1, L, L, 0, a->kv_b_proj_dtype);
         const mla_up_proj_args u = {.num_heads = H, .kv_lora_rank = L, .qk_nope_dim = P,
                                     .v_head_dim = V, .kv_c_dtype = a->dtype,
                                     .w_dtype = a->kv_b_proj_dtype,
                                     .kv_b_proj_packed = a->kv_b_proj_packed};
-        if (a->kv_b_proj_packed && (st = mla_up_proj_check_packed(fn, &u, &w)) != MLA_OK)
+        if (a->kv_b_proj_packed && (st = mla_up_proj_check_packed(fn, &u, &b->w)) != MLA_OK)
             return st;
         if ((st = mla_check_rows(fn, "kv_c", a->kv_c, T, a->kv_c_stride, L, a->dtype)) ||
             (st = mla_check_rows(fn, "k_pe", a->k_pe, R > 0 ? T : 0, a->k_pe_stride, R, a->dtype)) ||
-            (st = mla_check_apart(fn, "out", out, "kv_c", kv_c)) ||
-            (st = mla_check_apart(fn, "out", out, "k_pe", k_pe)) ||
-            (st = mla_check_apart(fn, "out", out, "kv_b_proj", w)))
+            (st = mla_check_apart(fn, "out", b->out, "kv_c", b->kv_c)) ||
+            (st = mla_check_apart(fn, "out", b->out, "k_pe", b->k_pe)) ||
+            (st = mla_check_apart(fn, "out", b->out, "kv_b_proj", b->w)))
             return st;
     }
     if (any_absorbed) {
@@ -335,10 +350,10 @@ static mla_status check_buffers(const char *fn, const mla_prefill_args *a, bool 
         if (a->w_dtype != MLA_DTYPE_F32 && a->w_dtype != MLA_DTYPE_BF16)
             return mla_fail(MLA_ERR_UNSUPPORTED, "%s: w_dtype %s (need f32 or bf16)", fn,
                             mla_dtype_name(a->w_dtype));
-        if ((st = mla_check_apart(fn, "out", out, "w_uk_t",
-                                  mla_view_span(a->w_uk_t, H * P, 1, L, L, 0, a->w_dtype))) ||
-            (st = mla_check_apart(fn, "out", out, "w_uv",
-                                  mla_view_span(a->w_uv, H * L, 1, V, V, 0, a->w_dtype))))
+        b->w_uk_t = mla_view_span(a->w_uk_t, H * P, 1, L, L, 0, a->w_dtype);
+        b->w_uv = mla_view_span(a->w_uv, H * L, 1, V, V, 0, a->w_dtype);
+        if ((st = mla_check_apart(fn, "out", b->out, "w_uk_t", b->w_uk_t)) ||
+            (st = mla_check_apart(fn, "out", b->out, "w_uv", b->w_uv)))
             return st;
     }
     return MLA_OK;
@@ -366,24 +381,96 @@ static paths paths_of(const mla_prefill_args *a)
     return p;
 }
 
-static mla_status check_args(const char *fn, const mla_prefill_args *a, paths *p)
+/* Every op the paths run picks its backend now, as it will when it runs (the
+ * fields each choice reads, as the steps below set them), so that one a
+ * forced backend cannot run fails before anything is written. */
+static mla_status check_backends(const mla_prefill_args *a, const mla_kv_cache *c, const paths *p)
+{
+    const int64_t H = a->num_heads, L = a->kv_lora_rank, R = a->rope_dim;
+    const mla_kernels *k;
+    const char *name;
+    mla_status st;
+    if (p->mha) {
+        const mla_up_proj_args u = {.num_heads = H, .kv_lora_rank = L, .kv_c_dtype = a->dtype,
+                                    .w_dtype = a->kv_b_proj_dtype};
+        const mla_flash_attn_args f = {.num_heads = H, .qk_dim = a->qk_nope_dim + R,
+                                       .rope_dim = R, .dtype = a->dtype};
+        const mla_merge_attn_args m = {.num_heads = H, .head_dim = a->v_head_dim,
+                                       .dtype = a->dtype};
+        if ((st = mla_up_proj_backend(&u, &k, &name)) ||
+            (st = mla_flash_attn_backend(&f, &k, &name)) || (st = mla_merge_backend(&m, &k, &name)))
+            return st;
+    }
+    if (p->mha_context && (st = mla_dispatch(MLA_OP_CONVERT, NULL, &k, &name)) != MLA_OK)
+        return st;
+    const mla_decode_args d = {.num_heads = H, .kv_lora_rank = L, .rope_dim = R,
+                               .q_dtype = a->dtype};
+    return p->absorbed ? mla_decode_backend(&d, c, &k, &name) : MLA_OK;
+}
+
+/* Everything but the workspace; *c gets the cache checked. */
+static mla_status check_args(const char *fn, const mla_prefill_args *a, mla_kv_cache *c,
+                             paths *p, prefill_buffers *b)
 {
     mla_status st = check_shape(fn, a);
     if (st != MLA_OK || (st = check_batch(fn, a)) != MLA_OK)
         return st;
-    mla_kv_cache c;
-    if ((st = mla_check_cache(fn, a->cache, &c)) != MLA_OK)
+    if ((st = mla_check_cache(fn, a->cache, c)) != MLA_OK)
         return st;
-    if (c.width != a->kv_lora_rank + a->rope_dim)
+    if (c->width != a->kv_lora_rank + a->rope_dim)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: kv_lora_rank + rope_dim = %lld + %lld is not "
                         "the cache width %lld", fn, (long long)a->kv_lora_rank,
-                        (long long)a->rope_dim, (long long)c.width);
-    if ((st = check_blocks(fn, a, &c)) != MLA_OK)
+                        (long long)a->rope_dim, (long long)c->width);
+    if ((st = check_blocks(fn, a, c)) != MLA_OK)
         return st;
     *p = paths_of(a);
     if (p->mha_context && (st = check_plan(fn, a, p->n_ctx)) != MLA_OK)
         return st;
-    return check_buffers(fn, a, p->mha, p->absorbed);
+    if ((st = check_buffers(fn, a, p->mha, p->absorbed, b)) != MLA_OK)
+        return st;
+    return check_backends(a, c, p);
+}
+
+/* n int32s at p. */
+static mla_span ints_span(const int32_t *p, int64_t n)
+{
+    return p && n > 0 ? (mla_span){(const char *)p, (const char *)(p + n)} : (mla_span){NULL, NULL};
+}
+
+/* The workspace shares no byte with any other buffer of the call: each step
+ * checks its operands, workspace regions among them, only once the steps
+ * before it have written. */
+static mla_status check_workspace_apart(const char *fn, const mla_prefill_args *a,
+                                        const mla_kv_cache *c, const paths *p,
+                                        const prefill_buffers *b, const void *workspace,
+                                        int64_t bytes)
+{
+    const int64_t B = a->num_prefills;
+    mla_chunk_plan_info plan = {0};
+    if (p->mha_context)
+        mla_chunk_plan_info_get(a->plan, &plan);
+    const struct {
+        const char *name;
+        mla_span span;
+    } others[] = {
+        {"q", b->q}, {"out", b->out}, {"kv_c", b->kv_c}, {"k_pe", b->k_pe}, {"kv_b_proj", b->w},
+        {"w_uk_t", b->w_uk_t}, {"w_uv", b->w_uv},
+        {"the cache", mla_view_span(c->data, c->num_blocks, c->block_size, c->width,
+                                    c->block_stride, c->entry_stride, c->dtype)},
+        {"the plan's workspace", mla_view_span(plan.workspace, plan.workspace_tokens, 1,
+                                               plan.workspace_width, plan.workspace_width, 0,
+                                               plan.workspace_dtype)},
+        {"query_start_loc", ints_span(a->query_start_loc, B + 1)},
+        {"context_lens", ints_span(a->context_lens, B)},
+        {"block_table", ints_span(a->block_table, B * a->block_table_cols)},
+    };
+    const mla_span ws = {workspace, (const char *)workspace + bytes};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        mla_status st = mla_check_apart(fn, "workspace", ws, others[i].name, others[i].span);
+        if (st != MLA_OK)
+            return st;
+    }
+    return MLA_OK;
 }
 
 /* ---- the paths ----------------------------------------------------------- */
@@ -544,17 +631,16 @@ static mla_status run_absorbed(const prefill_run *x)
             const int64_t rows = n - i0 < PIECE ? n - i0 : PIECE, t0 = a->query_start_loc[r] + i0;
             const int32_t len = (int32_t)(a->context_lens[r] + i0 + rows);
             mla_decode_forward_args f = {
-                .qk_nope_dim = a->qk_nope_dim, .v_head_dim = a->v_head_dim,
-                .q = (const char *)a->q + t0 * a->q_token_stride * elem,
+                .num_reqs = 1, .s_q = rows, .num_heads = a->num_heads,
+                .kv_lora_rank = a->kv_lora_rank, .rope_dim = a->rope_dim,
+                .qk_nope_dim = a->qk_nope_dim, .v_head_dim = a->v_head_dim, .scale = a->scale,
+                .dtype = a->dtype, .q = (const char *)a->q + t0 * a->q_token_stride * elem,
                 .q_token_stride = a->q_token_stride, .q_head_stride = a->q_head_stride,
                 .w_uk_t = a->w_uk_t, .w_uv = a->w_uv, .w_dtype = a->w_dtype,
                 .out = (char *)a->out + t0 * a->out_token_stride * elem,
-                .out_token_stride = a->out_token_stride,
-                .attn = {.num_reqs = 1, .s_q = rows, .num_heads = a->num_heads,
-                         .kv_lora_rank = a->kv_lora_rank, .rope_dim = a->rope_dim,
-                         .scale = a->scale, .q_dtype = a->dtype, .cache = a->cache,
-                         .block_table = a->block_table + r * a->block_table_cols,
-                         .block_table_cols = a->block_table_cols, .seq_lens = &len}};
+                .out_token_stride = a->out_token_stride, .cache = a->cache,
+                .block_table = a->block_table + r * a->block_table_cols,
+                .block_table_cols = a->block_table_cols, .seq_lens = &len};
             mla_status st = mla_decode_forward(&f, x->scratch, x->l.scratch_bytes, x->threads);
             if (st != MLA_OK)
                 return st;
@@ -566,14 +652,19 @@ static mla_status run_absorbed(const prefill_run *x)
 mla_status mla_prefill(const mla_prefill_args *args, void *workspace, int64_t workspace_bytes,
                        int threads)
 {
+    if (mla_tracing())
+        return mla_trace_prefill(args, workspace, workspace_bytes, threads);
     static const char fn[] = "mla_prefill";
+    mla_kv_cache c;
     paths p = {0};
-    mla_status st = check_args(fn, args, &p);
+    prefill_buffers b = {0};
+    mla_status st = check_args(fn, args, &c, &p, &b);
     if (st != MLA_OK)
         return st;
     prefill_run x = {.a = args, .threads = mla_resolve_threads(threads)};
     if ((st = layout_of(fn, args, x.threads, &x.l)) != MLA_OK ||
-        (st = mla_check_workspace(fn, workspace, workspace_bytes, x.l.total)) != MLA_OK)
+        (st = mla_check_workspace(fn, workspace, workspace_bytes, x.l.total)) != MLA_OK ||
+        (st = check_workspace_apart(fn, args, &c, &p, &b, workspace, x.l.total)) != MLA_OK)
         return st;
     x.base = mla_align_ptr(workspace);
     x.scratch = at(&x, x.l.scratch);

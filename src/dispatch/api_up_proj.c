@@ -6,6 +6,7 @@
 #include "checks.h"
 #include "dispatch.h"
 #include "ops.h"
+#include "trace.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/policy.h"
@@ -79,9 +80,8 @@ static bool packed_bytes(const mla_up_proj_args *a, bool dot, int64_t *bytes)
            !__builtin_add_overflow(*bytes, PACK_HEADER, bytes);
 }
 
-/* The backend this call runs on, as mla_up_proj picks it. */
-static mla_status select_backend(const mla_up_proj_args *a, const mla_kernels **k,
-                                 const char **backend)
+mla_status mla_up_proj_backend(const mla_up_proj_args *a, const mla_kernels **k,
+                               const char **backend)
 {
     /* the depth the kernels run, in whole bf16 pairs (at least one, as a
      * config needs), so the route dispatch weighs is the one the driver takes */
@@ -114,7 +114,7 @@ mla_status mla_up_proj_check_packed(const char *fn, const mla_up_proj_args *a, m
                         mla_dtype_name(a->kv_c_dtype));
     const mla_kernels *k;
     const char *backend;
-    mla_status st = select_backend(a, &k, &backend);
+    mla_status st = mla_up_proj_backend(a, &k, &backend);
     if (st != MLA_OK)
         return st;
     if (h.dot && !k->gemm_bf16dot && !k->gemm_bf16tile)
@@ -234,6 +234,8 @@ mla_status mla_up_proj_workspace_size(const mla_up_proj_args *args, int threads,
 mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace, int64_t workspace_bytes_given,
                        int threads)
 {
+    if (mla_tracing())
+        return mla_trace_up_proj(args, workspace, workspace_bytes_given, threads);
     static const char fn[] = "mla_up_proj";
     mla_status st = check_args(fn, args);
     if (st != MLA_OK)
@@ -245,7 +247,7 @@ mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace, int64_t wo
         return st;
     const mla_kernels *k;
     const char *backend;
-    if ((st = select_backend(args, &k, &backend)) != MLA_OK)
+    if ((st = mla_up_proj_backend(args, &k, &backend)) != MLA_OK)
         return st;
     pack_header h = {0};
     if (args->kv_b_proj_packed)
@@ -267,7 +269,7 @@ typedef struct pack_plan {
 static mla_status plan_packing(const char *fn, const mla_up_proj_args *a, pack_plan *p)
 {
     mla_status st = check_shape(fn, a);
-    if (st != MLA_OK || (st = select_backend(a, &p->kern, &p->backend)) != MLA_OK)
+    if (st != MLA_OK || (st = mla_up_proj_backend(a, &p->kern, &p->backend)) != MLA_OK)
         return st;
     p->dot = mla_gemm_packed_dot(p->kern, a->kv_c_dtype, a->w_dtype);
     if (!packed_bytes(a, p->dot, &p->bytes))
@@ -292,6 +294,8 @@ mla_status mla_pack_kv_b_proj_size(const mla_up_proj_args *args, int64_t *bytes)
 mla_status mla_pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int64_t bytes,
                               int threads)
 {
+    if (mla_tracing())
+        return mla_trace_pack_kv_b_proj(args, packed, bytes, threads);
     static const char fn[] = "mla_pack_kv_b_proj";
     pack_plan p;
     mla_status st = plan_packing(fn, args, &p);

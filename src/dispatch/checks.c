@@ -7,6 +7,8 @@
 #include "core/size.h"
 #include "dispatch.h"
 
+#include <omp.h>
+
 /* A row-major operand of `rows` rows: non-NULL when it has rows, a stride of
  * at least `width`, a span that fits int64_t. */
 mla_status mla_check_rows(const char *fn, const char *what, const void *p, int64_t rows,
@@ -57,6 +59,21 @@ mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cac
     return MLA_OK;
 }
 
+mla_status mla_check_block_table(const char *fn, const int32_t *block_table, int64_t rows,
+                                 int64_t cols)
+{
+    int64_t cells;
+    if (cols < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: block_table has negative cols %lld", fn,
+                        (long long)cols);
+    if (!mla_mul_size(rows, cols, &cells))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: block_table of %lld x %lld overflows", fn,
+                        (long long)rows, (long long)cols);
+    if (cells > 0 && !block_table)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: block_table is NULL", fn);
+    return MLA_OK;
+}
+
 mla_status mla_check_block_id(const char *fn, const mla_kv_cache *cache, const int32_t *block_table,
                               int64_t cols, int64_t row, int64_t col)
 {
@@ -71,7 +88,7 @@ mla_status mla_check_request_blocks(const char *fn, const mla_kv_cache *cache,
                                     const int32_t *block_table, int64_t cols, int64_t row,
                                     const char *len_name, int64_t len)
 {
-    const int64_t blocks = (len + cache->block_size - 1) / cache->block_size;
+    const int64_t blocks = mla_ceil_div(len, cache->block_size);
     if (blocks > cols)
         return mla_fail(MLA_ERR_OUT_OF_RANGE, "%s: %s[%lld] = %lld needs %lld blocks of %lld, past "
                         "block_table_cols %lld", fn, len_name, (long long)row, (long long)len,
@@ -84,9 +101,22 @@ mla_status mla_check_request_blocks(const char *fn, const mla_kv_cache *cache,
     return MLA_OK;
 }
 
+/* OpenMP starts every thread a region asks for, and libgomp exits the
+ * process when it cannot (threads = INT_MAX: "out of memory"; tens of
+ * thousands: thread creation fails or a stack overflows). Past what OpenMP
+ * runs by default, the processors and MLA_THREAD_CAP_MIN, more threads
+ * gain nothing: the count is cut there. */
 int mla_resolve_threads(int threads)
 {
-    return threads > 0 ? threads : mla_default_threads();
+    const int usual = mla_default_threads();
+    if (threads <= 0)
+        return usual;
+    if (threads <= usual || threads <= MLA_THREAD_CAP_MIN)
+        return threads;
+    const int procs = omp_get_num_procs();
+    int cap = usual > procs ? usual : procs;
+    cap = cap > MLA_THREAD_CAP_MIN ? cap : MLA_THREAD_CAP_MIN;
+    return threads < cap ? threads : cap;
 }
 
 /* A [tokens, heads, width] view with token and head strides: strides >= 0,

@@ -32,6 +32,11 @@ mla_status mla_check_apart(const char *fn, const char *out, mla_span o, const ch
  * resolved. */
 mla_status mla_check_cache(const char *fn, const mla_kv_cache *cache, mla_kv_cache *out);
 
+/* A block table of `rows` rows of `cols` int32 block ids: cols >= 0, not
+ * NULL when it has entries, rows x cols fits int64_t. */
+mla_status mla_check_block_table(const char *fn, const int32_t *block_table, int64_t rows,
+                                 int64_t cols);
+
 /* Entry `col` of block table row `row` (a cache's row of `cols` block ids)
  * must name a block of the cache. */
 mla_status mla_check_block_id(const char *fn, const mla_kv_cache *cache, const int32_t *block_table,
@@ -47,7 +52,10 @@ mla_status mla_check_request_blocks(const char *fn, const mla_kv_cache *cache,
 /* A caller's workspace: non-NULL and at least `need` bytes. */
 mla_status mla_check_workspace(const char *fn, const void *workspace, int64_t bytes, int64_t need);
 
-/* threads <= 0 means mla_default_threads(). */
+/* The thread count a call runs on (mla.h, mla_default_threads): threads <= 0
+ * means mla_default_threads(); a count above the largest of that,
+ * omp_get_num_procs() and MLA_THREAD_CAP_MIN is cut to it. Every entry
+ * point that takes threads resolves it here, its workspace query too. */
 int mla_resolve_threads(int threads);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -203,23 +204,47 @@ size_t mla_caps_format(mla_caps caps, char *buf, size_t size)
     return len;
 }
 
-/* Capabilities each MLA_MAX_ISA level keeps. */
+/* Capabilities each MLA_MAX_ISA level keeps: one level per built-in
+ * backend, named as it is, each keeping the levels below it on its
+ * architecture (the AVX-512 FP16 instructions came with AMX, in Sapphire
+ * Rapids; neon_fp16 names the capability neon_fhm's backend adds). A level
+ * of the other architecture keeps nothing here, leaving ref. */
+#define LEVEL_AVX2 (MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C)
+#define LEVEL_AVX512 (LEVEL_AVX2 | MLA_CAP_AVX512F | MLA_CAP_AVX512BW | MLA_CAP_AVX512VL | MLA_CAP_AVX512DQ)
+#define LEVEL_AVX512_BF16 (LEVEL_AVX512 | MLA_CAP_AVX512_BF16)
+#define LEVEL_AVX512_AMX (LEVEL_AVX512_BF16 | MLA_CAP_AVX512_FP16 | MLA_CAP_AMX_TILE | \
+                          MLA_CAP_AMX_BF16 | MLA_CAP_AMX_FP16)
+#define LEVEL_NEON_FHM (MLA_CAP_NEON | MLA_CAP_NEON_FP16 | MLA_CAP_NEON_FHM)
 static const struct {
     const char *name;
     mla_caps keep;
 } isa_levels[] = {
     {"ref", 0},
-    {"avx2", MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C},
-    {"avx512", MLA_CAP_SSE42 | MLA_CAP_AVX2 | MLA_CAP_FMA | MLA_CAP_F16C | MLA_CAP_AVX512F |
-                   MLA_CAP_AVX512BW | MLA_CAP_AVX512VL | MLA_CAP_AVX512DQ | MLA_CAP_AVX512_BF16 |
-                   MLA_CAP_AVX512_FP16 | MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16 | MLA_CAP_AMX_FP16},
-    {"neon", MLA_CAP_NEON | MLA_CAP_NEON_FP16 | MLA_CAP_NEON_BF16 | MLA_CAP_SVE | MLA_CAP_NEON_FHM},
+    {"avx2", LEVEL_AVX2},
+    {"avx512", LEVEL_AVX512},
+    {"avx512_bf16", LEVEL_AVX512_BF16},
+    {"avx512_amx", LEVEL_AVX512_AMX},
+    {"neon", MLA_CAP_NEON},
+    {"neon_fp16", LEVEL_NEON_FHM},
+    {"neon_fhm", LEVEL_NEON_FHM},
+    {"neon_bf16", LEVEL_NEON_FHM | MLA_CAP_NEON_BF16 | MLA_CAP_SVE},
 };
+
+size_t mla_isa_levels_format(char *buf, size_t size)
+{
+    size_t len = 0;
+    if (size > 0)
+        buf[0] = '\0';
+    for (size_t i = 0; i < sizeof isa_levels / sizeof isa_levels[0]; i++)
+        len += (size_t)snprintf(len < size ? buf + len : NULL, len < size ? size - len : 0, "%s%s",
+                                i ? ", " : "", isa_levels[i].name);
+    return len;
+}
 
 bool mla_isa_level_mask(const char *name, mla_caps *keep)
 {
     for (size_t i = 0; i < sizeof isa_levels / sizeof isa_levels[0]; i++) {
-        if (strcmp(isa_levels[i].name, name) == 0) {
+        if (strcasecmp(isa_levels[i].name, name) == 0) {
             *keep = isa_levels[i].keep;
             return true;
         }

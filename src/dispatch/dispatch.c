@@ -7,11 +7,20 @@
  * mask the caps by MLA_MAX_ISA, load the built-in backends, apply
  * MLA_<OP>_BACKEND. Selection per call: the forced backend if it is valid for
  * the config, else the first valid backend in priority order.
+ *
+ * Registration may run while ops run on other threads. What selection reads
+ * (the backends in priority order and the caps) is a view that is never
+ * changed once published: a registration builds the next view beside it,
+ * from entries that are never moved, changed or reused, and publishes it
+ * with one release store. A reader loads the view once (acquire) and sees
+ * complete entries or the previous view, and an op keeps the kernels it
+ * selected to its end, however many registrations follow.
  */
 #include "dispatch.h"
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/trace.h"
 #include "kernels/common/attention_route.h"
 #include "kernels/common/flash_attn.h"
 #include "kernels/kernels.h"
@@ -25,7 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_BACKENDS 32
+#define MAX_BACKENDS 32      /* listed at once */
+#define MAX_REGISTRATIONS 64 /* per process, overrides included: entries are never reused */
 #define NAME_LEN 32
 #define MESSAGE_LEN 1024
 #define AMX_CAPS (MLA_CAP_AMX_TILE | MLA_CAP_AMX_BF16 | MLA_CAP_AMX_FP16)
@@ -44,6 +54,15 @@ typedef struct registry_entry {
     double route_speedup[MLA_OP_COUNT][MLA_ATTN_HALF_ROUTES];
 } registry_entry;
 
+/* What selection reads, published whole (see the top of the file). */
+typedef struct registry_view {
+    mla_caps detected, caps;
+    mla_caps real;        /* the CPU's own, even under a fake reader: what may execute */
+    mla_caps amx_refused; /* AMX caps the CPU has but Linux refused tile state for */
+    int count;
+    const registry_entry *entry[MAX_BACKENDS]; /* priority order */
+} registry_view;
+
 static const char *const op_env[MLA_OP_COUNT] = {
     [MLA_OP_CONVERT] = "MLA_CONVERT_BACKEND",
     [MLA_OP_DECODE] = "MLA_DECODE_BACKEND",
@@ -53,8 +72,6 @@ static const char *const op_env[MLA_OP_COUNT] = {
 /* Everything init sets up; a reset zeroes it. */
 typedef struct dispatch_state {
     bool log;
-    mla_caps detected, caps;
-    mla_caps real; /* the CPU's own, even under a fake reader: what may execute */
     char max_isa[NAME_LEN]; /* MLA_MAX_ISA as given, "" if unset */
     mla_caps keep;          /* what MLA_MAX_ISA keeps; every bit if unset */
     /* the reader's readings, with the AMX permission as init left it, and who
@@ -62,7 +79,6 @@ typedef struct dispatch_state {
     mla_cpu_raw raw;
     mla_amx_request_fn *request_amx;
     bool amx_asked;
-    mla_caps amx_refused; /* AMX caps the CPU has but Linux refused tile state for */
     /* a malformed environment fails every op with this */
     mla_status env_status;
     char env_error[MESSAGE_LEN];
@@ -70,12 +86,17 @@ typedef struct dispatch_state {
     char forced[MLA_OP_COUNT][NAME_LEN];
     mla_status op_status[MLA_OP_COUNT];
     char op_error[MLA_OP_COUNT][MESSAGE_LEN];
-    registry_entry registry[MAX_BACKENDS];
-    int count;
+    /* written under the lock, each once; the views up to the published one
+     * are read without it */
+    registry_entry entries[MAX_BACKENDS + MAX_REGISTRATIONS];
+    int entries_used;
+    registry_view views[1 + MAX_REGISTRATIONS];
+    int views_used;
 } dispatch_state;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool ready;
+static _Atomic(const registry_view *) published;
 static mla_cpu_reader cpu_reader;
 static mla_amx_request_fn *amx_request;
 static dispatch_state g;
@@ -97,10 +118,16 @@ static void log_line(const char *fmt, ...)
 
 /* ---- registry ------------------------------------------------------------ */
 
-static int find_index(const char *name)
+/* The registry as of now; init has published one. */
+static const registry_view *current_view(void)
 {
-    for (int i = 0; i < g.count; i++)
-        if (strcmp(g.registry[i].name, name) == 0)
+    return atomic_load_explicit(&published, memory_order_acquire);
+}
+
+static int find_index(const registry_view *v, const char *name)
+{
+    for (int i = 0; i < v->count; i++)
+        if (strcmp(v->entry[i]->name, name) == 0)
             return i;
     return -1;
 }
@@ -127,7 +154,7 @@ const mla_kernel_slot *mla_kernel_slots(int *count)
 /* Copies the desc->size bytes the caller has into the entry (the rest zero),
  * points its strings at the entry's own copies and fills missing base
  * kernels from ref. */
-static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
+static void fill_entry(registry_entry *e, const mla_backend_desc *desc, const registry_view *v)
 {
     static const mla_kernels ref = MLA_KERNEL_TABLE(ref);
     memset(&e->desc, 0, sizeof e->desc);
@@ -144,7 +171,7 @@ static void fill_entry(registry_entry *e, const mla_backend_desc *desc)
     }
     int routes;
     const mla_attn_route *half = mla_attn_half_routes(&routes);
-    bool runs_here = (desc->required_caps & ~(g.detected & g.real)) == 0;
+    bool runs_here = (desc->required_caps & ~(v->detected & v->real)) == 0;
     memset(e->route_speedup, 0, sizeof e->route_speedup);
     for (int i = 0; i < routes; i++) {
         if (!runs_here || !mla_attn_route_available(&e->desc.kernels, &half[i]))
@@ -176,43 +203,53 @@ static double route_speedup(const registry_entry *e, mla_op op, const mla_attn_r
     return 0.0;
 }
 
-/* A descriptor points at its entry's own name and isa arrays, so entries
- * that memmove shifted must be pointed at their strings again. */
-static void repoint_strings(int from)
+/* The next view, unpublished: a copy of the current one (empty before
+ * init's). The caller checked that one is left. */
+static registry_view *next_view(void)
 {
-    for (int i = from; i < g.count; i++) {
-        g.registry[i].desc.name = g.registry[i].name;
-        g.registry[i].desc.isa = g.registry[i].isa;
-    }
+    registry_view *v = &g.views[g.views_used++];
+    const registry_view *now = current_view();
+    if (now)
+        *v = *now;
+    return v;
 }
 
-/* Inserts after every entry of equal or higher priority (stable order). */
-static void insert_entry(const mla_backend_desc *desc)
+static void publish(const registry_view *v)
 {
+    atomic_store_explicit(&published, v, memory_order_release);
+}
+
+/* Fills a fresh entry and lists it in the unpublished view v after every
+ * entry of equal or higher priority (stable order). The caller checked that
+ * v has room and an entry is left. */
+static void insert_entry(registry_view *v, const mla_backend_desc *desc)
+{
+    registry_entry *e = &g.entries[g.entries_used++];
+    fill_entry(e, desc, v);
     int at = 0;
-    while (at < g.count && g.registry[at].desc.priority >= desc->priority)
+    while (at < v->count && v->entry[at]->desc.priority >= desc->priority)
         at++;
-    memmove(&g.registry[at + 1], &g.registry[at], (size_t)(g.count - at) * sizeof g.registry[0]);
-    g.count++;
-    fill_entry(&g.registry[at], desc);
-    repoint_strings(at + 1);
+    memmove(&v->entry[at + 1], &v->entry[at], (size_t)(v->count - at) * sizeof v->entry[0]);
+    v->entry[at] = e;
+    v->count++;
 }
 
-static void remove_entry(int index)
+/* Unlists an entry from the unpublished view v; the entry itself stays, for
+ * the ops that still use it. */
+static void remove_entry(registry_view *v, int index)
 {
-    memmove(&g.registry[index], &g.registry[index + 1],
-            (size_t)(g.count - index - 1) * sizeof g.registry[0]);
-    g.count--;
-    repoint_strings(index);
+    memmove(&v->entry[index], &v->entry[index + 1],
+            (size_t)(v->count - index - 1) * sizeof v->entry[0]);
+    v->count--;
 }
 
 /* "avx512_bf16, avx512, avx2, ref" */
-static void format_names(char *buf, size_t size)
+static void format_names(const registry_view *v, char *buf, size_t size)
 {
     size_t len = 0;
     buf[0] = '\0';
-    for (int i = 0; i < g.count && len < size; i++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", g.registry[i].name);
+    for (int i = 0; i < v->count && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", v->entry[i]->name);
 }
 
 /* ---- validation ---------------------------------------------------------- */
@@ -257,17 +294,18 @@ static void kernel_dtypes(const mla_config *cfg, mla_dtype *q, mla_dtype *cache)
 /* Which config rules collect_reasons applies. */
 typedef enum { CHECK_ALL, IGNORE_BLOCK_SIZE } check_mode;
 
-static void collect_reasons(const mla_backend_desc *b, mla_op op, const mla_config *cfg,
-                            check_mode mode, mla_reasons *out)
+/* Why b (listed in v) cannot run op with cfg. */
+static void collect_reasons(const registry_view *v, const mla_backend_desc *b, mla_op op,
+                            const mla_config *cfg, check_mode mode, mla_reasons *out)
 {
     memset(out, 0, sizeof *out);
     if (!(b->ops & (1u << op)))
         add_reason(out, "does not implement %s", mla_op_name(op));
-    for (mla_caps missing = b->required_caps & ~g.caps; missing; missing &= missing - 1) {
+    for (mla_caps missing = b->required_caps & ~v->caps; missing; missing &= missing - 1) {
         mla_cap bit = (mla_cap)(missing & -missing);
-        if (g.detected & bit)
+        if (v->detected & bit)
             add_reason(out, "cpu lacks %s (masked by MLA_MAX_ISA=%s)", mla_cap_name(bit), g.max_isa);
-        else if (g.amx_refused & bit)
+        else if (v->amx_refused & bit)
             add_reason(out, "cpu has %s but Linux refused its tile state "
                        "(arch_prctl ARCH_REQ_XCOMP_PERM)", mla_cap_name(bit));
         else
@@ -333,28 +371,29 @@ static bool amx_request_helps(mla_caps required)
 /* Asks for AMX tile state when that helps a backend needing `required`, at
  * most once per init: only then, because the permission binds the process
  * (Linux then insists on signal stacks large enough for the tile state).
- * True if it asked; a refusal is kept for the reasons. */
+ * True if it asked (the caps are then to be updated). */
 static bool request_amx_locked(mla_caps required)
 {
     if (!amx_request_helps(required))
         return false;
     g.amx_asked = true;
     g.raw.amx_permitted = g.request_amx();
-    g.amx_refused = g.raw.amx_permitted ? 0 : caps_if_permitted() & AMX_CAPS;
     log_line("amx: asked Linux for tile state (arch_prctl ARCH_REQ_XCOMP_PERM): %s",
              g.raw.amx_permitted ? "granted" : "refused");
     return true;
 }
 
-/* g.detected and g.caps from the reader's readings; g.real from the real CPU,
- * read after any request, so that only Linux's own answer gives it AMX. */
-static void update_caps(void)
+/* The unpublished view's caps: detected and caps from the reader's readings,
+ * a refusal kept for the reasons; real from the real CPU, read after any
+ * request, so that only Linux's own answer gives it AMX. */
+static void update_caps(registry_view *v)
 {
-    g.detected = mla_cpu_caps_decode(&g.raw);
-    g.caps = g.detected & g.keep;
+    v->detected = mla_cpu_caps_decode(&g.raw);
+    v->caps = v->detected & g.keep;
+    v->amx_refused = g.amx_asked && !g.raw.amx_permitted ? caps_if_permitted() & AMX_CAPS : 0;
     mla_cpu_raw real;
     mla_cpu_read(&real);
-    g.real = mla_cpu_caps_decode(&real);
+    v->real = mla_cpu_caps_decode(&real);
 }
 
 /* MLA_MAX_ISA into g.keep (every bit if unset; an unknown level fails
@@ -367,9 +406,11 @@ static void read_max_isa(void)
         return;
     snprintf(g.max_isa, sizeof g.max_isa, "%s", max_isa);
     if (!mla_isa_level_mask(max_isa, &g.keep)) {
+        char levels[MESSAGE_LEN / 2];
+        mla_isa_levels_format(levels, sizeof levels);
         g.env_status = MLA_ERR_BAD_ENV;
         snprintf(g.env_error, sizeof g.env_error,
-                 "MLA_MAX_ISA=%s is not one of: ref, avx2, avx512, neon", max_isa);
+                 "MLA_MAX_ISA=%s is not one of: %s (in any case)", max_isa, levels);
     }
 }
 
@@ -378,21 +419,22 @@ static void read_max_isa(void)
 static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode,
                                const mla_backend_desc **out);
 
-static mla_status unknown_backend(const char *name)
+static mla_status unknown_backend(const registry_view *v, const char *name)
 {
     char names[MESSAGE_LEN / 2];
-    format_names(names, sizeof names);
+    format_names(v, names, sizeof names);
     return mla_fail(MLA_ERR_UNKNOWN_BACKEND, "unknown backend '%s'; valid backends: %s", name, names);
 }
 
 /* Forces op to the named backend if it can run on this CPU. */
 static mla_status force_locked(mla_op op, const char *name)
 {
-    int i = find_index(name);
+    const registry_view *v = current_view();
+    int i = find_index(v, name);
     if (i < 0)
-        return unknown_backend(name);
+        return unknown_backend(v, name);
     mla_reasons r;
-    collect_reasons(&g.registry[i].desc, op, NULL, CHECK_ALL, &r);
+    collect_reasons(v, &v->entry[i]->desc, op, NULL, CHECK_ALL, &r);
     if (r.count > 0) {
         char why[MESSAGE_LEN / 2];
         join_reasons(&r, why, sizeof why);
@@ -404,41 +446,53 @@ static mla_status force_locked(mla_op op, const char *name)
     return MLA_OK;
 }
 
-static void log_state(void)
+static void log_state(const registry_view *v)
 {
     char caps[256];
-    mla_caps_format(g.detected, caps, sizeof caps);
+    mla_caps_format(v->detected, caps, sizeof caps);
     log_line("cpu: %s", caps[0] ? caps : "(no SIMD)");
     if (!g.amx_asked && !g.raw.amx_permitted && (caps_if_permitted() & AMX_CAPS))
         log_line("amx: tile state not requested (no backend needing it can run)");
     if (g.max_isa[0]) {
-        mla_caps_format(g.caps, caps, sizeof caps);
+        mla_caps_format(v->caps, caps, sizeof caps);
         log_line("MLA_MAX_ISA=%s: using %s", g.max_isa, caps[0] ? caps : "(no SIMD)");
     }
-    for (int i = 0; i < g.count; i++) {
+    for (int i = 0; i < v->count; i++) {
+        const registry_entry *e = v->entry[i];
         mla_reasons r;
-        collect_reasons(&g.registry[i].desc, MLA_OP_CONVERT, NULL, CHECK_ALL, &r);
+        collect_reasons(v, &e->desc, MLA_OP_CONVERT, NULL, CHECK_ALL, &r);
         char why[MESSAGE_LEN / 2];
         join_reasons(&r, why, sizeof why);
-        log_line("backend %-12s %s%s", g.registry[i].name, r.count ? "unavailable: " : "available",
-                 why);
+        log_line("backend %-12s %s%s", e->name, r.count ? "unavailable: " : "available", why);
         int routes;
         const mla_attn_route *half = mla_attn_half_routes(&routes);
         for (int op = MLA_OP_DECODE; op <= MLA_OP_PREFILL; op++)
             for (int j = 0; j < routes; j++) {
-                double speedup = g.registry[i].route_speedup[op][j];
+                double speedup = e->route_speedup[op][j];
                 if (speedup > 0.0)
                     log_line("backend %-12s %s %s route %.2fx its f32 route%s",
-                             g.registry[i].name, mla_op_name((mla_op)op), half[j].name, speedup,
+                             e->name, mla_op_name((mla_op)op), half[j].name, speedup,
                              speedup < 1.0 ? ": not auto-selected for it" : "");
             }
     }
+    /* the choice for one config, as mla_select_backend (and so `make run`)
+     * gives it: decode and prefill choose per config, by dtypes first */
+    const mla_config cfg = mla_config_default();
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const mla_backend_desc *b = NULL;
         if (g.op_status[op] != MLA_OK)
             log_line("%s: error: %s", mla_op_name(op), g.op_error[op]);
-        else if (select_ready((mla_op)op, NULL, CHECK_ALL, &b) == MLA_OK)
+        else if (op == MLA_OP_CONVERT && select_ready((mla_op)op, NULL, CHECK_ALL, &b) == MLA_OK)
             log_line("%s -> %s%s", mla_op_name(op), b->name, g.forced[op][0] ? " (forced)" : "");
+        else if (op != MLA_OP_CONVERT && select_ready((mla_op)op, &cfg, CHECK_ALL, &b) == MLA_OK)
+            log_line("%s -> %s%s (route %s) for q %s, cache %s, L=%lld, R=%lld, heads=%lld, "
+                     "block_size=%lld; other configs may differ", mla_op_name(op), b->name,
+                     g.forced[op][0] ? " (forced)" : "", config_route(&b->kernels, &cfg)->name,
+                     mla_dtype_name(cfg.q_dtype), mla_dtype_name(cfg.cache_dtype),
+                     (long long)cfg.kv_lora_rank, (long long)cfg.rope_dim,
+                     (long long)cfg.num_heads, (long long)cfg.block_size);
+        else
+            log_line("%s: error: %s", mla_op_name(op), mla_last_error());
     }
     log_line("threads: %d (omp_get_max_threads)", omp_get_max_threads());
 }
@@ -447,6 +501,7 @@ static void init_locked(void)
 {
     const char *log = getenv("MLA_LOG");
     g.log = log && log[0] && strcmp(log, "0") != 0;
+    mla_trace_read_env();
 
     /* MLA_MAX_ISA first, as it decides whether AMX is worth asking for; the
      * caps before the backends, as inserting one times its routes on what
@@ -458,10 +513,11 @@ static void init_locked(void)
     const mla_backend_desc *builtin = mla_builtin_backends(&n);
     for (int i = 0; i < n; i++)
         request_amx_locked(builtin[i].required_caps);
-    update_caps();
-    g.count = 0;
+    registry_view *v = next_view();
+    update_caps(v);
     for (int i = 0; i < n; i++)
-        insert_entry(&builtin[i]);
+        insert_entry(v, &builtin[i]);
+    publish(v);
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const char *name = getenv(op_env[op]);
         if (!name || !name[0])
@@ -473,7 +529,7 @@ static void init_locked(void)
     }
     if (g.env_status != MLA_OK)
         log_line("error: %s", g.env_error);
-    log_state();
+    log_state(v);
 }
 
 mla_status mla_init(void)
@@ -511,6 +567,8 @@ void mla_dispatch_reset(void)
 {
     pthread_mutex_lock(&lock);
     memset(&g, 0, sizeof g);
+    mla_trace_reset();
+    atomic_store(&published, NULL);
     atomic_store(&ready, false);
     pthread_mutex_unlock(&lock);
 }
@@ -534,32 +592,34 @@ void mla_dispatch_set_amx_request(mla_amx_request_fn *fn)
 mla_caps mla_cpu_caps(void)
 {
     mla_init();
-    return g.caps;
+    return current_view()->caps;
 }
 
 mla_caps mla_cpu_caps_detected(void)
 {
     mla_init();
-    return g.detected;
+    return current_view()->detected;
 }
 
 int mla_backend_count(void)
 {
     mla_init();
-    return g.count;
+    return current_view()->count;
 }
 
 const mla_backend_desc *mla_backend_at(int index)
 {
     mla_init();
-    return index >= 0 && index < g.count ? &g.registry[index].desc : NULL;
+    const registry_view *v = current_view();
+    return index >= 0 && index < v->count ? &v->entry[index]->desc : NULL;
 }
 
 const mla_backend_desc *mla_backend_find(const char *name)
 {
     mla_init();
-    int i = name ? find_index(name) : -1;
-    return i >= 0 ? &g.registry[i].desc : NULL;
+    const registry_view *v = current_view();
+    int i = name ? find_index(v, name) : -1;
+    return i >= 0 ? &v->entry[i]->desc : NULL;
 }
 
 mla_status mla_backend_validate(const char *name, mla_op op, const mla_config *cfg, mla_reasons *out)
@@ -574,10 +634,11 @@ mla_status mla_backend_validate(const char *name, mla_op op, const mla_config *c
         if (st != MLA_OK)
             return st;
     }
-    int i = find_index(name);
+    const registry_view *v = current_view();
+    int i = find_index(v, name);
     if (i < 0)
-        return unknown_backend(name);
-    collect_reasons(&g.registry[i].desc, op, cfg, CHECK_ALL, out);
+        return unknown_backend(v, name);
+    collect_reasons(v, &v->entry[i]->desc, op, cfg, CHECK_ALL, out);
     return MLA_OK;
 }
 
@@ -606,39 +667,41 @@ static mla_status select_ready(mla_op op, const mla_config *cfg, check_mode mode
 {
     char why[MESSAGE_LEN - 128];
     mla_reasons r;
+    const registry_view *v = current_view();
     if (g.forced[op][0]) {
-        int i = find_index(g.forced[op]);
+        int i = find_index(v, g.forced[op]);
         if (i < 0)
-            return unknown_backend(g.forced[op]);
-        collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
+            return unknown_backend(v, g.forced[op]);
+        collect_reasons(v, &v->entry[i]->desc, op, cfg, mode, &r);
         if (r.count > 0) {
             join_reasons(&r, why, sizeof why);
             return mla_fail(MLA_ERR_BACKEND_INVALID, "forced backend '%s' cannot run %s: %s",
                             g.forced[op], mla_op_name(op), why);
         }
-        *out = &g.registry[i].desc;
+        *out = &v->entry[i]->desc;
         return MLA_OK;
     }
     size_t len = 0;
     why[0] = '\0';
-    for (int i = 0; i < g.count; i++) {
-        collect_reasons(&g.registry[i].desc, op, cfg, mode, &r);
+    for (int i = 0; i < v->count; i++) {
+        const registry_entry *e = v->entry[i];
+        collect_reasons(v, &e->desc, op, cfg, mode, &r);
         if (cfg && op != MLA_OP_CONVERT) {
-            const mla_attn_route *route = config_route(&g.registry[i].desc.kernels, cfg);
-            double speedup = route_speedup(&g.registry[i], op, route);
+            const mla_attn_route *route = config_route(&e->desc.kernels, cfg);
+            double speedup = route_speedup(e, op, route);
             if (speedup > 0.0 && speedup < 1.0)
                 add_reason(&r, "its %s route measured %.2fx its f32 route on this cpu",
                            route->name, speedup);
         }
         if (r.count == 0) {
-            *out = &g.registry[i].desc;
+            *out = &e->desc;
             return MLA_OK;
         }
         char one[MESSAGE_LEN / 2];
         join_reasons(&r, one, sizeof one);
         if (len < sizeof why)
             len += (size_t)snprintf(why + len, sizeof why - len, "%s%s: %s", i ? "; " : "",
-                                    g.registry[i].name, one);
+                                    e->name, one);
     }
     return mla_fail(MLA_ERR_NO_BACKEND, "no backend can run %s: %s", mla_op_name(op), why);
 }
@@ -696,29 +759,37 @@ mla_status mla_register_backend(const mla_backend_desc *desc, bool override)
                         "descriptor's size (%zu .. %zu; set it to sizeof(mla_backend_desc))",
                         desc->size, (size_t)DESC_V1_SIZE, sizeof(mla_backend_desc));
     if (strlen(desc->name) >= NAME_LEN || (desc->isa && strlen(desc->isa) >= NAME_LEN))
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "backend name and isa must be shorter than %d",
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT,
+                        "mla_register_backend: backend name and isa must be shorter than %d",
                         NAME_LEN);
     mla_init();
-    /* copy first: desc may point into the registry (a found entry, edited) */
-    registry_entry copy;
-    fill_entry(&copy, desc);
-    desc = &copy.desc;
     pthread_mutex_lock(&lock);
     mla_status st = MLA_OK;
-    int i = find_index(desc->name);
+    const registry_view *now = current_view();
+    int i = find_index(now, desc->name);
     if (i >= 0 && !override) {
         st = mla_fail(MLA_ERR_ALREADY_EXISTS,
-                      "backend '%s' already exists; pass override=true to replace it", desc->name);
-    } else if (i < 0 && g.count == MAX_BACKENDS) {
-        st = mla_fail(MLA_ERR_CAPACITY, "backend table full (%d entries)", MAX_BACKENDS);
+                      "mla_register_backend: backend '%s' already exists; pass override=true to "
+                      "replace it", desc->name);
+    } else if (i < 0 && now->count == MAX_BACKENDS) {
+        st = mla_fail(MLA_ERR_CAPACITY, "mla_register_backend: backend table full (%d entries)",
+                      MAX_BACKENDS);
+    } else if (g.views_used == (int)(sizeof g.views / sizeof g.views[0])) {
+        st = mla_fail(MLA_ERR_CAPACITY, "mla_register_backend: %d registrations made, the most a "
+                      "process may (entries are never reused, so that running ops keep theirs)",
+                      MAX_REGISTRATIONS);
     } else {
+        /* desc may be a listed entry itself: entries never change, so it
+         * can be read while the new one is filled */
+        registry_view *v = next_view();
         if (i >= 0)
-            remove_entry(i);
+            remove_entry(v, i);
         /* a backend needing AMX may be the first that could use it; ask
          * before inserting, which times its routes on what can run here */
         if (request_amx_locked(desc->required_caps))
-            update_caps();
-        insert_entry(desc);
+            update_caps(v);
+        insert_entry(v, desc);
+        publish(v);
     }
     pthread_mutex_unlock(&lock);
     if (st == MLA_OK)

@@ -19,8 +19,13 @@ bool mla_cpu_request_amx(void);
 typedef bool mla_amx_request_fn(void);
 void mla_dispatch_set_amx_request(mla_amx_request_fn *fn);
 
-/* The capabilities an MLA_MAX_ISA level keeps; false for an unknown level. */
+/* The capabilities an MLA_MAX_ISA level (a backend's name, in any case)
+ * keeps; false for an unknown level. */
 bool mla_isa_level_mask(const char *name, mla_caps *keep);
+
+/* Writes the MLA_MAX_ISA levels, comma separated, into buf (always
+ * NUL-terminated when size > 0). Returns the length the full text needs. */
+size_t mla_isa_levels_format(char *buf, size_t size);
 
 /* Built-in backends of this architecture, in priority order. */
 const mla_backend_desc *mla_builtin_backends(int *count);

@@ -1,15 +1,22 @@
-/* What one public op lends another inside the dispatch floor: the prefill
- * op sizes the absorbed decode forward it runs for its short extends and
- * checks a packed kv_b_proj before it runs the up-projection. */
+/* What one public op lends another inside the dispatch floor: the trace
+ * names a forward's attention as a decode's; the prefill
+ * op sizes the absorbed decode forward it runs for its short extends,
+ * checks a packed kv_b_proj before it runs the up-projection, and picks
+ * the backend of every op it will run before it writes anything. */
 #ifndef MLA_DISPATCH_OPS_H
 #define MLA_DISPATCH_OPS_H
 
 #include "checks.h"
-#include "mla.h"
+#include "mla_backend.h"
+
+/* The attention of a forward call as decode args: its sizes, dtype,
+ * cache, table, lengths, lse and schedule, without query and output rows
+ * (the trace names a forward's attention by it, too). */
+mla_decode_args mla_decode_forward_shape(const mla_decode_forward_args *f);
 
 /* Workspace bytes of mla_decode_forward for attention `shape` (its sizes,
  * q_dtype, seq_lens and sched are read; no other pointer) with GEMM dims
- * P and V. */
+ * P and V; shape has a request, or s_q x H known to fit. */
 mla_status mla_decode_forward_bytes(const char *fn, const mla_decode_args *shape, int64_t P,
                                     int64_t V, int threads, int64_t *bytes);
 
@@ -18,5 +25,15 @@ mla_status mla_decode_forward_bytes(const char *fn, const mla_decode_args *shape
  * *span gets its bytes. a's shape must have passed the up-projection's
  * shape check. */
 mla_status mla_up_proj_check_packed(const char *fn, const mla_up_proj_args *a, mla_span *span);
+
+/* The backend each op picks for args (their shapes and dtypes only, as
+ * checked by the op; cache: the checked cache of a decode) and its
+ * kernels, as mla_dispatch gives them. */
+mla_status mla_up_proj_backend(const mla_up_proj_args *a, const mla_kernels **k, const char **name);
+mla_status mla_flash_attn_backend(const mla_flash_attn_args *a, const mla_kernels **k,
+                                  const char **name);
+mla_status mla_merge_backend(const mla_merge_attn_args *a, const mla_kernels **k, const char **name);
+mla_status mla_decode_backend(const mla_decode_args *a, const mla_kv_cache *cache,
+                              const mla_kernels **k, const char **name);
 
 #endif

@@ -4,11 +4,16 @@
  * mla_<slot>__<isa>; route kernels exist where an ISA has the instruction
  * and are declared one by one below. MLA_KERNEL_TABLE(isa, ...) is an ISA's
  * whole table for the built-in backend list (src/dispatch/backends.c).
+ * Below them, the scalar element access every ISA's kernels use on callers'
+ * buffers.
  */
 #ifndef MLA_KERNELS_H
 #define MLA_KERNELS_H
 
 #include "mla_backend.h"
+
+#include <stdint.h>
+#include <string.h>
 
 #define MLA_SLOT_SKIP(slot, type, isa)
 #define MLA_SLOT_DECLARE(slot, type, isa) type mla_##slot##__##isa;
@@ -53,5 +58,32 @@ mla_gemm_bf16tile_fn mla_gemm_bf16tile__avx512_amx;
 mla_gemm_bf16dot_fn mla_gemm_bf16dot__neon_bf16;
 mla_gemm_f16f16_fn mla_gemm_f16f16__neon_fhm;
 #endif
+
+/* An element of a caller's buffer, which may start at any byte (mla.h), so
+ * it is read or written as bytes (the same load or store instruction). The
+ * pointer comes in as void * so that no compiler assumes it aligned. */
+static inline float mla_load_f32(const void *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static inline void mla_store_f32(void *p, float f)
+{
+    memcpy(p, &f, sizeof f);
+}
+
+static inline uint16_t mla_load_u16(const void *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return h;
+}
+
+static inline void mla_store_u16(void *p, uint16_t h)
+{
+    memcpy(p, &h, sizeof h);
+}
 
 #endif

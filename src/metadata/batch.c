@@ -4,16 +4,21 @@
  * positions, the block table (manager block ids expanded to kernel block ids,
  * unused entries 0) and the slot mapping of _compute_slot_mapping_kernel,
  * context parallelism included, padded with -1; plus update_block_table, which
- * redoes only the block table and slots for a second KV-cache group. Every
- * input is checked before the first write, so a rejected call leaves all the
- * caller's buffers as they were.
+ * redoes only the block table and slots for a second KV-cache group; plus the
+ * incremental forms for a block table kept from step to step, which write
+ * only the ids that changed (docs/semantics.md §2.2). Every input is checked
+ * before the first write, so a rejected call leaves all the caller's buffers
+ * as they were.
  */
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/policy.h"
 #include "core/size.h"
 #include "metadata/metadata.h"
 #include "metadata/request_check.h"
+#include "metadata/trace.h"
 
+#include <omp.h>
 #include <string.h>
 
 /* vLLM's PAD_SLOT_ID: padding tokens and tokens another CP rank stores. */
@@ -29,15 +34,33 @@ typedef struct geometry {
     int64_t span; /* positions one kernel block covers: bs * world (vLLM's
                      "virtual block"; each rank keeps bs of them) */
     int64_t max_block_id; /* largest id whose kernel ids fit int32 and whose
-                             slots fit int64 (what check_block_id tests) */
+                             slots fit int64 (what check_block_id tests);
+                             -1 when none does */
 } geometry;
 
-static mla_status check_layout(const char *fn, const mla_block_layout *l, geometry *g)
+/* The layout with its zero fields' defaults (mla.h): a block size of 0 is
+ * the other one, a world size or interleave of 0 is 1. */
+static mla_block_layout with_defaults(const mla_block_layout *given)
 {
+    mla_block_layout l = *given;
+    if (l.manager_block_size == 0 && l.kernel_block_size > 0)
+        l.manager_block_size = l.kernel_block_size;
+    if (l.kernel_block_size == 0 && l.manager_block_size > 0)
+        l.kernel_block_size = l.manager_block_size;
+    if (l.cp_world_size == 0)
+        l.cp_world_size = 1;
+    if (l.cp_interleave == 0)
+        l.cp_interleave = 1;
+    return l;
+}
+
+static mla_status check_layout(const char *fn, const mla_block_layout *given, geometry *g)
+{
+    const mla_block_layout resolved = with_defaults(given), *l = &resolved;
     if (l->kernel_block_size < 1 || l->manager_block_size < 1)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT,
                         "%s: layout->kernel_block_size = %lld and layout->manager_block_size = "
-                        "%lld must both be >= 1",
+                        "%lld (need >= 1, or one of them 0 for the other's value)",
                         fn, (long long)l->kernel_block_size, (long long)l->manager_block_size);
     if (l->manager_block_size % l->kernel_block_size != 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT,
@@ -50,7 +73,7 @@ static mla_status check_layout(const char *fn, const mla_block_layout *l, geomet
                         (long long)l->max_blocks_per_req);
     if (l->cp_world_size < 1)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT,
-                        "%s: layout->cp_world_size = %lld < 1 (1 = no "
+                        "%s: layout->cp_world_size = %lld < 1 (0 or 1 = no "
                         "context parallelism)",
                         fn, (long long)l->cp_world_size);
     if (l->cp_rank < 0 || l->cp_rank >= l->cp_world_size)
@@ -87,9 +110,29 @@ static mla_status check_layout(const char *fn, const mla_block_layout *l, geomet
     return MLA_OK;
 }
 
+/* A persistent block table's rows as the incremental forms receive them
+ * (mla.h); the dense forms pass none. */
+typedef struct table_rows {
+    const int64_t *first_new; /* NULL: every row continues its request */
+    int64_t *row_ids;         /* ids each row holds; updated once written */
+} table_rows;
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
 static int64_t seq_len(const mla_request *q)
 {
     return q->num_computed_tokens + q->num_scheduled_tokens;
+}
+
+/* The first of request r's ids its row lacks: 0 for a dense write. */
+static int64_t first_new_id(const table_rows *rows, const mla_request *q, int64_t r)
+{
+    if (!rows)
+        return 0;
+    return rows->first_new ? rows->first_new[r] : min64(rows->row_ids[r], q->num_block_ids);
 }
 
 /* The counts must fit the int32 outputs: seq_lens holds computed +
@@ -162,15 +205,22 @@ static mla_status check_blocks(const char *fn, const mla_request *reqs, int64_t 
                         "blocks of %lld positions, but its %lld block ids give %lld",
                         fn, (long long)r, (long long)len, (long long)needed, (long long)g->span,
                         (long long)q->num_block_ids, (long long)kernel_blocks);
-    /* A branch-free pass (it vectorizes) decides: as unsigned, a negative id
-     * is above any valid one. Only a failing request is walked again to name
-     * its first bad id. */
-    uint32_t limit = (uint32_t)g->max_block_id, bad = 0;
-    for (int64_t k = 0; k < q->num_block_ids; k++)
-        bad |= (uint32_t)q->block_ids[k] > limit;
+    return MLA_OK;
+}
+
+/* Ids from..to-1 of request r are valid block ids. A branch-free pass (it
+ * vectorizes) decides: as unsigned, a negative id is at or past the end of
+ * the valid ones, which is 0 when not even id 0 fits (m > 2^31). Only a
+ * failing range is walked again to name its first bad id. */
+static mla_status check_block_ids(const char *fn, const mla_request *q, int64_t r, int64_t from,
+                                  int64_t to, const geometry *g)
+{
+    uint32_t end = (uint32_t)(g->max_block_id + 1), bad = 0;
+    for (int64_t k = from; k < to; k++)
+        bad |= (uint32_t)q->block_ids[k] >= end;
     if (!bad)
         return MLA_OK;
-    for (int64_t k = 0; k < q->num_block_ids; k++) {
+    for (int64_t k = from; k < to; k++) {
         mla_status st = check_block_id(fn, q, r, k, g);
         if (st != MLA_OK)
             return st;
@@ -178,18 +228,57 @@ static mla_status check_blocks(const char *fn, const mla_request *reqs, int64_t 
     return MLA_OK;
 }
 
-/* Arguments and requests, shared by both entry points; *total gets T. */
-static mla_status check_batch(const char *fn, const mla_request *reqs, int64_t num_reqs,
-                              const mla_block_layout *layout, const mla_batch_metadata *md,
-                              geometry *g, int64_t *total)
+/* An incremental form's row r: it holds row_ids[r] ids (which fit the
+ * row) and the first new one is no later than the ids it and the request
+ * share. */
+static mla_status check_row(const char *fn, const table_rows *rows, const mla_request *q,
+                            int64_t r, const geometry *g)
 {
-    if (!md || !layout)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, md ? "layout" : "md");
+    int64_t held = rows->row_ids[r];
+    if (held < 0 || held > g->cols / g->m)
+        return mla_fail(MLA_ERR_OUT_OF_RANGE,
+                        "%s: row_ids[%lld] = %lld is outside [0, %lld], the block ids a row of "
+                        "%lld kernel blocks holds",
+                        fn, (long long)r, (long long)held, (long long)(g->cols / g->m),
+                        (long long)g->cols);
+    int64_t shared = min64(held, q->num_block_ids);
+    if (rows->first_new && (rows->first_new[r] < 0 || rows->first_new[r] > shared))
+        return mla_fail(MLA_ERR_OUT_OF_RANGE,
+                        "%s: first_new[%lld] = %lld is outside [0, %lld] (row_ids[%lld] = %lld, "
+                        "reqs[%lld].num_block_ids = %lld)",
+                        fn, (long long)r, (long long)rows->first_new[r], (long long)shared,
+                        (long long)r, (long long)held, (long long)r, (long long)q->num_block_ids);
+    return MLA_OK;
+}
+
+/* The ids a call writes into the table (from first_new_id on) and those
+ * holding this step's positions [computed, seq_len), which the slots read:
+ * every id for the dense forms, a decode's last few for the incremental
+ * ones (the ids a row keeps were checked when they were written). */
+static mla_status check_written_ids(const char *fn, const table_rows *rows, const mla_request *q,
+                                    int64_t r, const geometry *g)
+{
+    int64_t from = first_new_id(rows, q, r);
+    if (q->num_scheduled_tokens > 0)
+        from = min64(from, q->num_computed_tokens / g->span / g->m);
+    return check_block_ids(fn, q, r, from, q->num_block_ids, g);
+}
+
+/* Arguments and requests, shared by every entry point; *total gets T. */
+static mla_status check_batch(const char *fn, const mla_request *reqs, int64_t num_reqs,
+                              const mla_block_layout *layout, const table_rows *rows, geometry *g,
+                              int64_t *total)
+{
+    if (!layout)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL layout", fn);
     if (num_reqs < 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs = %lld is negative", fn,
                         (long long)num_reqs);
     if (num_reqs > 0 && !reqs)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL reqs with num_reqs = %lld", fn,
+                        (long long)num_reqs);
+    if (rows && num_reqs > 0 && !rows->row_ids)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL row_ids with num_reqs = %lld", fn,
                         (long long)num_reqs);
     mla_status st = check_layout(fn, layout, g);
     *total = 0;
@@ -197,11 +286,31 @@ static mla_status check_batch(const char *fn, const mla_request *reqs, int64_t n
         st = check_tokens(fn, reqs, r, total);
         if (st == MLA_OK)
             st = check_blocks(fn, reqs, r, g);
+        if (st == MLA_OK && rows)
+            st = check_row(fn, rows, &reqs[r], r, g);
+        if (st == MLA_OK)
+            st = check_written_ids(fn, rows, &reqs[r], r, g);
     }
     return st;
 }
 
-/* The buffers both entry points write: slot_mapping and block_table. */
+/* The persistent or dense block table [num_reqs, cols]. */
+static mla_status check_table_output(const char *fn, const int32_t *table, const char *name,
+                                     int64_t num_reqs, const geometry *g)
+{
+    int64_t cells;
+    if (!mla_mul_size(num_reqs, g->cols, &cells))
+        return mla_fail(MLA_ERR_OVERFLOW,
+                        "%s: block table of %lld rows x %lld columns overflows "
+                        "int64",
+                        fn, (long long)num_reqs, (long long)g->cols);
+    if (cells > 0 && !table)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s for %lld x %lld entries", fn, name,
+                        (long long)num_reqs, (long long)g->cols);
+    return MLA_OK;
+}
+
+/* The buffers the batch entry points write: slot_mapping and block_table. */
 static mla_status check_slot_outputs(const char *fn, const mla_batch_metadata *md, int64_t num_reqs,
                                      int64_t tokens, const geometry *g)
 {
@@ -215,17 +324,7 @@ static mla_status check_slot_outputs(const char *fn, const mla_batch_metadata *m
                         "%s: NULL md->slot_mapping with slot_mapping_len "
                         "= %lld",
                         fn, (long long)md->slot_mapping_len);
-    int64_t cells;
-    if (!mla_mul_size(num_reqs, g->cols, &cells))
-        return mla_fail(MLA_ERR_OVERFLOW,
-                        "%s: block table of %lld rows x %lld columns overflows "
-                        "int64",
-                        fn, (long long)num_reqs, (long long)g->cols);
-    if (cells > 0 && !md->block_table)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT,
-                        "%s: NULL md->block_table for %lld x %lld entries", fn, (long long)num_reqs,
-                        (long long)g->cols);
-    return MLA_OK;
+    return check_table_output(fn, md->block_table, "md->block_table", num_reqs, g);
 }
 
 static mla_status check_build_outputs(const char *fn, const mla_batch_metadata *md,
@@ -280,25 +379,76 @@ static int64_t kernel_block_id(const mla_request *q, const geometry *g, int64_t 
     return (int64_t)q->block_ids[k / g->m] * g->m + k % g->m;
 }
 
-/* The table is B x max_blocks int32s, megabytes for long contexts; rows are
- * independent, so a large one is written by every thread. */
-static void write_block_table(const mla_request *reqs, int64_t num_reqs, const geometry *g,
-                              int32_t *table)
+/* A row from the request's id `from` on: its kernel ids, then zeros up to
+ * kernel entry `end` (past it the row is zero already, or ends). */
+static void write_row(const mla_request *q, const geometry *g, int64_t from, int64_t end,
+                      int32_t *row)
 {
-    bool large = num_reqs > 1 && num_reqs * g->cols >= MLA_FORK_MIN_ENTRIES;
-#pragma omp parallel for if (large) schedule(static)
+    int64_t used = q->num_block_ids * g->m;
+    if (g->m == 1 && used > from) /* the common case: ids are kernel ids (NULL when none) */
+        memcpy(row + from, q->block_ids + from, (size_t)(used - from) * sizeof *row);
+    else
+        for (int64_t j = from; j < q->num_block_ids; j++)
+            for (int64_t p = 0; p < g->m; p++)
+                row[j * g->m + p] = (int32_t)(q->block_ids[j] * g->m + p);
+    if (end > used)
+        memset(row + used, 0, (size_t)(end - used) * sizeof *row);
+}
+
+/* A parallel table write: each of `parts` tasks writes a slice of the rows. */
+typedef struct table_write {
+    const mla_request *reqs;
+    int64_t num_reqs, parts;
+    const geometry *g;
+    const table_rows *rows;
+    int32_t *table;
+} table_write;
+
+static void write_table_rows(int64_t part, void *ctx)
+{
+    const table_write *w = ctx;
+    const geometry *g = w->g;
+    int64_t lo, hi;
+    mla_part_range(w->num_reqs, w->parts, part, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const mla_request *q = &w->reqs[r];
+        int64_t end = w->rows ? w->rows->row_ids[r] * g->m : g->cols;
+        write_row(q, g, first_new_id(w->rows, q, r), end, w->table + r * g->cols);
+    }
+}
+
+/* Kernel entries a write stores: the whole table for a dense one, the
+ * changed ids and the zeros after a shrunk row for an incremental one. */
+static int64_t entries_written(const mla_request *reqs, int64_t num_reqs, const geometry *g,
+                               const table_rows *rows)
+{
+    if (!rows)
+        return num_reqs * g->cols;
+    int64_t ids = 0;
     for (int64_t r = 0; r < num_reqs; r++) {
         const mla_request *q = &reqs[r];
-        int32_t *row = table + r * g->cols;
-        int64_t used = q->num_block_ids * g->m;
-        if (g->m == 1) /* the common case: ids are kernel ids */
-            memcpy(row, q->block_ids, (size_t)used * sizeof *row);
-        else
-            for (int64_t j = 0; j < q->num_block_ids; j++)
-                for (int64_t p = 0; p < g->m; p++)
-                    row[j * g->m + p] = (int32_t)(q->block_ids[j] * g->m + p);
-        memset(row + used, 0, (size_t)(g->cols - used) * sizeof *row);
+        int64_t last = q->num_block_ids > rows->row_ids[r] ? q->num_block_ids : rows->row_ids[r];
+        ids += last - first_new_id(rows, q, r);
     }
+    return ids * g->m;
+}
+
+/* A dense table is B x max_blocks int32s, megabytes for long contexts;
+ * rows are independent, so a large write is made by every thread. An
+ * incremental one then records each row's new id count. */
+static void write_block_table(const mla_request *reqs, int64_t num_reqs, const geometry *g,
+                              const table_rows *rows, int32_t *table)
+{
+    if (g->cols == 0)
+        return; /* no columns: table may be NULL, and every row holds 0 ids */
+    bool large = num_reqs > 1 && entries_written(reqs, num_reqs, g, rows) >= MLA_FORK_MIN_ENTRIES;
+    int threads = large ? omp_get_max_threads() : 1;
+    table_write w = {.reqs = reqs, .num_reqs = num_reqs, .g = g, .rows = rows, .table = table,
+                     .parts = num_reqs < threads ? num_reqs : threads};
+    mla_parallel_for(w.parts, threads, write_table_rows, &w);
+    if (rows)
+        for (int64_t r = 0; r < num_reqs; r++)
+            rows->row_ids[r] = reqs[r].num_block_ids;
 }
 
 /* docs/semantics.md §2.3. Position p sits at offset off = p % span of virtual block
@@ -359,37 +509,84 @@ static void write_common(const mla_request *reqs, int64_t num_reqs, mla_batch_me
     md->max_seq_len = max_seq;
 }
 
-mla_status mla_build_batch_metadata(const mla_request *reqs, int64_t num_reqs,
-                                    const mla_block_layout *layout, mla_batch_metadata *md)
+/* Both batch builders: dense with rows NULL, else incremental. */
+static mla_status build_batch(const char *fn, const mla_request *reqs, int64_t num_reqs,
+                              const mla_block_layout *layout, const table_rows *rows,
+                              mla_batch_metadata *md)
 {
-    static const char fn[] = "mla_build_batch_metadata";
+    if (!md)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL md", fn);
     geometry g;
     int64_t tokens = 0;
-    mla_status st = check_batch(fn, reqs, num_reqs, layout, md, &g, &tokens);
+    mla_status st = check_batch(fn, reqs, num_reqs, layout, rows, &g, &tokens);
     if (st == MLA_OK)
         st = check_build_outputs(fn, md, num_reqs, tokens, &g);
     if (st != MLA_OK)
         return st;
     write_common(reqs, num_reqs, md);
-    write_block_table(reqs, num_reqs, &g, md->block_table);
+    write_block_table(reqs, num_reqs, &g, rows, md->block_table);
     write_slots(reqs, num_reqs, &g, md);
+    return MLA_OK;
+}
+
+mla_status mla_build_batch_metadata(const mla_request *reqs, int64_t num_reqs,
+                                    const mla_block_layout *layout, mla_batch_metadata *md)
+{
+    if (mla_tracing())
+        return mla_trace_build_batch_metadata(reqs, num_reqs, layout, md);
+    return build_batch("mla_build_batch_metadata", reqs, num_reqs, layout, NULL, md);
+}
+
+mla_status mla_build_batch_metadata_append(const mla_request *reqs, int64_t num_reqs,
+                                           const mla_block_layout *layout,
+                                           const int64_t *first_new, int64_t *row_ids,
+                                           mla_batch_metadata *md)
+{
+    if (mla_tracing())
+        return mla_trace_build_batch_metadata_append(reqs, num_reqs, layout, first_new, row_ids,
+                                                     md);
+    table_rows rows = {.first_new = first_new, .row_ids = row_ids};
+    return build_batch("mla_build_batch_metadata_append", reqs, num_reqs, layout, &rows, md);
+}
+
+mla_status mla_append_block_table(const mla_request *reqs, int64_t num_reqs,
+                                  const mla_block_layout *layout, const int64_t *first_new,
+                                  int64_t *row_ids, int32_t *block_table)
+{
+    if (mla_tracing())
+        return mla_trace_append_block_table(reqs, num_reqs, layout, first_new, row_ids,
+                                            block_table);
+    static const char fn[] = "mla_append_block_table";
+    table_rows rows = {.first_new = first_new, .row_ids = row_ids};
+    geometry g;
+    int64_t tokens = 0;
+    mla_status st = check_batch(fn, reqs, num_reqs, layout, &rows, &g, &tokens);
+    if (st == MLA_OK)
+        st = check_table_output(fn, block_table, "block_table", num_reqs, &g);
+    if (st != MLA_OK)
+        return st;
+    write_block_table(reqs, num_reqs, &g, &rows, block_table);
     return MLA_OK;
 }
 
 mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
                                   const mla_block_layout *layout, mla_batch_metadata *md)
 {
+    if (mla_tracing())
+        return mla_trace_update_block_table(reqs, num_reqs, layout, md);
     static const char fn[] = "mla_update_block_table";
+    if (!md)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL md", fn);
     geometry g;
     int64_t tokens = 0;
-    mla_status st = check_batch(fn, reqs, num_reqs, layout, md, &g, &tokens);
+    mla_status st = check_batch(fn, reqs, num_reqs, layout, NULL, &g, &tokens);
     if (st == MLA_OK)
         st = check_reused(fn, reqs, num_reqs, md);
     if (st == MLA_OK)
         st = check_slot_outputs(fn, md, num_reqs, tokens, &g);
     if (st != MLA_OK)
         return st;
-    write_block_table(reqs, num_reqs, &g, md->block_table);
+    write_block_table(reqs, num_reqs, &g, NULL, md->block_table);
     write_slots(reqs, num_reqs, &g, md);
     return MLA_OK;
 }

@@ -9,6 +9,7 @@
  */
 #include "core/error.h"
 #include "metadata/request_check.h"
+#include "metadata/trace.h"
 
 /* vLLM's classification: no context is a prefill whatever its length; with
  * context, more than tau tokens is a long extend; otherwise it is a decode
@@ -69,6 +70,8 @@ static void place(const mla_request *reqs, int64_t num_reqs, int64_t threshold,
 mla_status mla_reorder_batch(const mla_request *reqs, int64_t num_reqs, int64_t threshold,
                              int32_t *new_order, int64_t *region_counts)
 {
+    if (mla_tracing())
+        return mla_trace_reorder_batch(reqs, num_reqs, threshold, new_order, region_counts);
     static const char fn[] = "mla_reorder_batch";
     if (num_reqs < 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs = %lld is negative", fn,
@@ -137,6 +140,8 @@ static int64_t first_prefill(const int32_t *qsl, int64_t num_reqs, int64_t thres
 mla_status mla_split_batch(const int32_t *query_start_loc, int64_t num_reqs, int64_t threshold,
                            bool require_uniform, mla_batch_split *out)
 {
+    if (mla_tracing())
+        return mla_trace_split_batch(query_start_loc, num_reqs, threshold, require_uniform, out);
     static const char fn[] = "mla_split_batch";
     if (!query_start_loc || !out)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn,

@@ -25,10 +25,11 @@
 #include "core/policy.h"
 #include "core/size.h"
 #include "metadata/metadata.h"
+#include "metadata/trace.h"
 
 #include <omp.h>
 
-static const char fn[] = "mla_build_decode_sched";
+static const char build_fn[] = "mla_build_decode_sched";
 
 typedef struct sched_cfg {
     int64_t num_parts, block_n, overhead, split_blocks;
@@ -59,23 +60,45 @@ static int64_t split_count(int32_t len, const sched_cfg *cfg)
 
 /* ---- arguments -------------------------------------------------------------- */
 
-/* Fills in the defaults; check_params says whether the values are usable. */
+/* Fills in the defaults (a zero field means its default, and
+ * MLA_SCHED_NO_OVERHEAD an overhead of 0); check_params says whether the
+ * values are usable. */
 static sched_cfg resolve_cfg(const mla_decode_sched_params *p)
 {
     int64_t threads = omp_get_max_threads();
     return (sched_cfg){
         .num_parts = p->num_parts > 0 ? p->num_parts : threads < MLA_SCHED_MAX_PARTS ? threads : MLA_SCHED_MAX_PARTS,
         .block_n = p->block_n > 0 ? p->block_n : MLA_SCHED_BLOCK_N,
-        .overhead = p->overhead >= 0 ? p->overhead : MLA_SCHED_OVERHEAD,
+        .overhead = p->overhead > 0 ? p->overhead : p->overhead == 0 ? MLA_SCHED_OVERHEAD : 0,
         .split_blocks = p->split_blocks > 0 ? p->split_blocks : 0,
     };
 }
 
-static mla_status check_params(const mla_decode_sched_params *p)
+/* num_reqs fits the int32 part fields (idle parts store begin_req =
+ * num_reqs) and seq_lens is there when needed (reads_lens). */
+static mla_status check_counts(const char *fn, const int32_t *seq_lens, int64_t num_reqs,
+                               bool reads_lens)
+{
+    if (num_reqs < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs = %lld is negative", fn,
+                        (long long)num_reqs);
+    if (num_reqs > INT32_MAX)
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: num_reqs = %lld does not fit int32", fn,
+                        (long long)num_reqs);
+    if (!seq_lens && num_reqs > 0 && reads_lens)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL seq_lens", fn);
+    return MLA_OK;
+}
+
+static mla_status check_params(const char *fn, const mla_decode_sched_params *p)
 {
     if (p->num_parts > MLA_SCHED_MAX_PARTS)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_parts = %lld exceeds %lld", fn,
                         (long long)p->num_parts, (long long)MLA_SCHED_MAX_PARTS);
+    if (p->overhead < 0 && p->overhead != MLA_SCHED_NO_OVERHEAD)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: overhead = %lld (need >= 0, 0 for the "
+                        "default %d, or MLA_SCHED_NO_OVERHEAD)", fn, (long long)p->overhead,
+                        MLA_SCHED_OVERHEAD);
     /* keeps the int64 cost totals exact: B, blocks and overhead all fit int32 */
     if (p->overhead > INT32_MAX)
         return mla_fail(MLA_ERR_OVERFLOW, "%s: overhead = %lld does not fit int32", fn,
@@ -83,26 +106,30 @@ static mla_status check_params(const mla_decode_sched_params *p)
     return MLA_OK;
 }
 
-/* Every length is >= 0 and every slot index fits the int32 split_prefix. The
- * default mode has at most B + num_parts - 1 slots (each part boundary cuts
- * at most one request); batch-invariant mode has exactly the sum of the split
- * counts. */
-static mla_status check_lens(const int32_t *seq_lens, int64_t num_reqs, const sched_cfg *cfg)
+/* Every length is >= 0 and every slot index fits the int32 split_prefix;
+ * *slots gets the slot count. The default mode has at most B + num_parts - 1
+ * slots (each part boundary cuts at most one request), whatever the lengths,
+ * which it then need not read (seq_lens may be NULL); batch-invariant mode
+ * has exactly the sum of the split counts. B and num_parts are checked
+ * already, so neither sum can overflow. */
+static mla_status check_lens(const char *fn, const int32_t *seq_lens, int64_t num_reqs,
+                             const sched_cfg *cfg, int64_t *slots)
 {
-    int64_t slots = cfg->split_blocks > 0 ? 0 : num_reqs + cfg->num_parts - 1;
-    if (slots > INT32_MAX)
+    int64_t n = cfg->split_blocks > 0 || num_reqs == 0 ? 0 : num_reqs + cfg->num_parts - 1;
+    if (n > INT32_MAX)
         return mla_fail(MLA_ERR_OVERFLOW, "%s: num_reqs + num_parts - 1 = %lld split slots do not fit int32",
-                        fn, (long long)slots);
-    for (int64_t b = 0; b < num_reqs; b++) {
+                        fn, (long long)n);
+    for (int64_t b = 0; seq_lens && b < num_reqs; b++) {
         if (seq_lens[b] < 0)
             return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%lld] = %d is negative", fn,
                             (long long)b, (int)seq_lens[b]);
         if (cfg->split_blocks > 0)
-            slots += split_count(seq_lens[b], cfg);
+            n += split_count(seq_lens[b], cfg);
     }
-    if (slots > INT32_MAX)
+    if (n > INT32_MAX)
         return mla_fail(MLA_ERR_OVERFLOW, "%s: %lld splits do not fit int32 split_prefix", fn,
-                        (long long)slots);
+                        (long long)n);
+    *slots = n;
     return MLA_OK;
 }
 
@@ -111,25 +138,20 @@ static mla_status check_args(const int32_t *seq_lens, int64_t num_reqs,
                              int64_t parts_capacity, const int64_t *num_parts,
                              const int32_t *split_prefix, const sched_cfg *cfg)
 {
-    if (num_reqs < 0)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs = %lld is negative", fn,
-                        (long long)num_reqs);
-    /* idle parts store begin_req = num_reqs */
-    if (num_reqs > INT32_MAX)
-        return mla_fail(MLA_ERR_OVERFLOW, "%s: num_reqs = %lld does not fit int32", fn,
-                        (long long)num_reqs);
-    if ((!seq_lens && num_reqs > 0) || !parts || !num_parts || !split_prefix)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn,
-                        !parts ? "parts" : !num_parts ? "num_parts" : !split_prefix ? "split_prefix"
-                                                                                   : "seq_lens");
-    mla_status st = check_params(params);
+    mla_status st = check_counts(build_fn, seq_lens, num_reqs, true);
     if (st != MLA_OK)
         return st;
+    if (!parts || !num_parts || !split_prefix)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s", build_fn,
+                        !parts ? "parts" : !num_parts ? "num_parts" : "split_prefix");
+    if ((st = check_params(build_fn, params)) != MLA_OK)
+        return st;
     if (parts_capacity < cfg->num_parts)
-        return mla_fail(MLA_ERR_CAPACITY, "%s: parts_capacity = %lld < num_parts = %lld%s", fn,
+        return mla_fail(MLA_ERR_CAPACITY, "%s: parts_capacity = %lld < num_parts = %lld%s", build_fn,
                         (long long)parts_capacity, (long long)cfg->num_parts,
                         params->num_parts > 0 ? "" : " (omp_get_max_threads())");
-    return check_lens(seq_lens, num_reqs, cfg);
+    int64_t slots;
+    return check_lens(build_fn, seq_lens, num_reqs, cfg, &slots);
 }
 
 /* ---- parts ------------------------------------------------------------------ */
@@ -255,6 +277,29 @@ static void take_split(split_walk *w, mla_sched_part *part)
     }
 }
 
+/* take_split repeated while the cursor is on one of its request's full
+ * splits (all but the request's last, each split_blocks + overhead) whose
+ * midpoint lies before `limit`: all at once, so that a part costs O(1) per
+ * request and not O(splits) (a request may have 2^31 of them). */
+static void take_full_splits(split_walk *w, int64_t limit, mla_sched_part *part)
+{
+    if (w->req >= w->num_reqs)
+        return;
+    const int64_t full = split_count(w->lens[w->req], w->cfg) - 1 - w->split;
+    if (full <= 0)
+        return; /* on the request's last split, or split_blocks may be anything */
+    /* split_blocks < a request's blocks < 2^31 */
+    const int64_t cost = w->cfg->split_blocks + w->cfg->overhead;
+    const int64_t room = limit - w->start - cost / 2; /* split i is taken while i * cost < room */
+    if (room <= 0)
+        return;
+    const int64_t n = mla_ceil_div(room, cost) < full ? mla_ceil_div(room, cost) : full;
+    w->start += n * cost;
+    w->split += n;
+    part->end_req = (int32_t)w->req;
+    part->end_block = (int32_t)(w->split * w->cfg->split_blocks);
+}
+
 /* floor(p * total / n) without forming p * total. */
 static int64_t share_end(int64_t p, int64_t total, int64_t n)
 {
@@ -270,9 +315,10 @@ static void invariant_part(split_walk *w, int64_t limit, bool last, mla_sched_pa
     *part = (mla_sched_part){.begin_req = (int32_t)w->req,
                              .begin_block = (int32_t)(w->split * w->cfg->split_blocks),
                              .begin_split = (int32_t)w->split};
-    do
+    do {
         take_split(w, part);
-    while (w->req < w->num_reqs && (last || w->start + split_cost(w) / 2 < limit));
+        take_full_splits(w, last ? INT64_MAX : limit, part);
+    } while (w->req < w->num_reqs && (last || w->start + split_cost(w) / 2 < limit));
     set_partial(part, split_count(w->lens[part->begin_req], w->cfg) > 1,
                 split_count(w->lens[part->end_req], w->cfg) > 1);
 }
@@ -306,24 +352,48 @@ mla_decode_sched_params mla_decode_sched_resolved(const mla_decode_sched_params 
                                      .overhead = c.overhead, .split_blocks = c.split_blocks};
 }
 
-int64_t mla_decode_sched_slots(const int32_t *seq_lens, int64_t num_reqs,
-                               const mla_decode_sched_params *params)
+mla_status mla_decode_sched_check(const char *fn, const int32_t *seq_lens, int64_t num_reqs,
+                                  const mla_decode_sched_params *params, int64_t *slots)
 {
     sched_cfg cfg = resolve_cfg(params);
-    if (cfg.split_blocks == 0)
-        return num_reqs > 0 ? num_reqs + cfg.num_parts - 1 : 0;
-    int64_t slots = 0;
-    for (int64_t b = 0; b < num_reqs; b++)
-        slots += split_count(seq_lens[b] > 0 ? seq_lens[b] : 0, &cfg);
-    return slots;
+    const bool reads_lens = cfg.split_blocks > 0;
+    mla_status st = check_counts(fn, seq_lens, num_reqs, reads_lens);
+    if (st == MLA_OK)
+        st = check_params(fn, params);
+    return st == MLA_OK ? check_lens(fn, reads_lens ? seq_lens : NULL, num_reqs, &cfg, slots) : st;
 }
 
-/* NULL params means every default, as does {.overhead = -1}. */
+mla_status mla_decode_sched_slot_bound(const char *fn, int64_t num_reqs, int64_t max_seq_len,
+                                       const mla_decode_sched_params *params, int64_t *slots)
+{
+    sched_cfg cfg = resolve_cfg(params);
+    mla_status st = check_params(fn, params);
+    if (st != MLA_OK)
+        return st;
+    if (num_reqs < 0 || max_seq_len < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs %lld, max_seq_len %lld (need >= 0)",
+                        fn, (long long)num_reqs, (long long)max_seq_len);
+    if (cfg.split_blocks == 0) {
+        *slots = num_reqs > 0 ? num_reqs + cfg.num_parts - 1 : 0; /* num_parts <= 2^20 */
+        return MLA_OK;
+    }
+    /* split_count grows with the length; a length past int32 is no request's */
+    int32_t longest = max_seq_len < INT32_MAX ? (int32_t)max_seq_len : INT32_MAX;
+    if (!mla_mul_size(num_reqs, split_count(longest, &cfg), slots))
+        return mla_fail(MLA_ERR_OVERFLOW, "%s: %lld requests x their splits overflow", fn,
+                        (long long)num_reqs);
+    return MLA_OK;
+}
+
+/* NULL params means every default, as does a zeroed struct. */
 mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,
                                   const mla_decode_sched_params *params, mla_sched_part *parts,
                                   int64_t parts_capacity, int64_t *num_parts, int32_t *split_prefix)
 {
-    static const mla_decode_sched_params defaults = {.overhead = -1};
+    if (mla_tracing())
+        return mla_trace_build_decode_sched(seq_lens, num_reqs, params, parts, parts_capacity,
+                                            num_parts, split_prefix);
+    static const mla_decode_sched_params defaults = {0};
     const mla_decode_sched_params *p = params ? params : &defaults;
     sched_cfg cfg = resolve_cfg(p);
     mla_status st = check_args(seq_lens, num_reqs, p, parts, parts_capacity, num_parts,

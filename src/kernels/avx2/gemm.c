@@ -92,7 +92,7 @@ static ALWAYS_INLINE void tile(const tile_args *t, int rows, int nv, bool masked
         for (int v = 0; v < nv; v++)
             bv[v] = load_b(b, v, bf16);
         for (int r = 0; r < rows; r++) {
-            __m256 ar = _mm256_broadcast_ss(&a[r * rs_a]);
+            __m256 ar = _mm256_set1_ps(mla_load_f32(a + r * rs_a));
             for (int v = 0; v < nv; v++)
                 acc[r * nv + v] = _mm256_fmadd_ps(ar, bv[v], acc[r * nv + v]);
         }
@@ -149,10 +149,10 @@ static void pad_tail(const void *b, int64_t ldb, int64_t kc, int64_t cols, bool 
         for (int j = 0; j < 8; j++) {
             float x = 0.0f;
             if (j < cols && bf16) { /* widen exactly: bits << 16 */
-                uint32_t bits = (uint32_t)((const uint16_t *)b)[p * ldb + j] << 16;
+                uint32_t bits = (uint32_t)mla_load_u16((const uint16_t *)b + p * ldb + j) << 16;
                 memcpy(&x, &bits, sizeof x);
             } else if (j < cols) {
-                x = ((const float *)b)[p * ldb + j];
+                x = mla_load_f32((const float *)b + p * ldb + j);
             }
             pad[p][j] = x;
         }

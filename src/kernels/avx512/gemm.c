@@ -97,7 +97,7 @@ static ALWAYS_INLINE void tile(const tile_args *t, int rows, int nv, bool bf16)
         for (int v = 0; v < nv; v++)
             bv[v] = load_b(b, v, v == nv - 1, t->mask, bf16);
         for (int r = 0; r < rows; r++) {
-            __m512 ar = _mm512_set1_ps(a[r * rs_a]);
+            __m512 ar = _mm512_set1_ps(mla_load_f32(a + r * rs_a));
             for (int v = 0; v < nv; v++)
                 acc[r * nv + v] = _mm512_fmadd_ps(ar, bv[v], acc[r * nv + v]);
         }

@@ -1,6 +1,8 @@
 #include "attention.h"
 
 #include "core/policy.h"
+#include "elementwise.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,6 +38,88 @@ void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float 
                     st->alpha);
 }
 
+/* Keys of the tile [key0, key0 + n) that every row of the pass sees: the
+ * first ones, up to the last key its first row sees. */
+static int64_t seen_by_all(const mla_attn_causal *c, int64_t key0, int64_t n)
+{
+    int64_t seen = c->last_key0 + c->row0 / c->rows_per_query + 1 - key0;
+    return seen < 0 ? 0 : seen < n ? seen : n;
+}
+
+/* Value row j of the tile: in its run, elem-byte elements. */
+static const void *value_row(const mla_attn_values *v, int64_t j, int64_t elem)
+{
+    const mla_key_run *run = v->runs;
+    while (j >= run->first + run->count)
+        run++;
+    return (const char *)run->rows + (j - run->first) * v->stride * elem;
+}
+
+/* Whether one of the n values at x (f32, bf16 or f16, at any byte address)
+ * is an inf or NaN: x - x is not 0, or the exponent bits are all ones. */
+static bool any_not_finite(const void *x, mla_dtype dtype, int64_t n)
+{
+    const size_t size = (size_t)mla_dtype_size(dtype);
+    const char *p = x;
+    int found = 0;
+    if (dtype == MLA_DTYPE_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            float f = mla_load_f32(p + i * size);
+            found |= !(f - f == 0.0f);
+        }
+        return found;
+    }
+    const uint16_t all_ones = dtype == MLA_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
+    for (int64_t i = 0; i < n; i++)
+        found |= (mla_load_u16(p + i * size) & all_ones) == all_ones;
+    return found;
+}
+
+/* O = alpha O (0 on the pass's first tile, alpha NULL) for the values
+ * product of a tile none of whose keys every row sees. */
+static void rescale_only(const mla_attn_values *v)
+{
+    for (int64_t r = 0; r < v->ld; r++)
+        for (int64_t e = 0; e < v->width; e++)
+            v->o[r * v->width + e] = v->alpha ? v->alpha[r] * v->o[r * v->width + e] : 0.0f;
+}
+
+void mla_attn_tile_values(const mla_kernels *k, const mla_attn_route *route,
+                          const mla_attn_values *v, const mla_attn_causal *mask, int64_t key0,
+                          int64_t nr)
+{
+    const int64_t seen = mask ? seen_by_all(mask, key0, v->n) : v->n;
+    const int64_t elem = mla_dtype_size(route->dtype);
+    bool poisoned = false;
+    for (int64_t j = seen; j < v->n && !poisoned; j++)
+        poisoned = any_not_finite(value_row(v, j, elem), route->dtype, v->width);
+    if (!poisoned) { /* a 0 in P times a finite V adds nothing */
+        route->values(k, v);
+        return;
+    }
+    mla_key_run runs[MLA_ATTN_TILE];
+    mla_attn_values head = *v;
+    head.n = seen;
+    head.runs = runs;
+    head.nruns = 0;
+    for (int64_t q = 0; q < v->nruns && v->runs[q].first < seen; q++) {
+        runs[head.nruns] = v->runs[q];
+        if (runs[head.nruns].count > seen - runs[head.nruns].first)
+            runs[head.nruns].count = seen - runs[head.nruns].first;
+        head.nruns++;
+    }
+    if (seen > 0)
+        route->values(k, &head);
+    else
+        rescale_only(v);
+    float *row = v->scratch; /* route->values is done with it */
+    for (int64_t j = seen; j < v->n; j++) {
+        const float *vj = mla_widen_piece(k, value_row(v, j, elem), route->dtype, 0, v->width, row);
+        for (int64_t r = hidden_rows(mask, key0 + j, nr); r < nr; r++)
+            k->scale_add_f32(v->o + r * v->width, vj, v->s[j * v->ld + r], v->width);
+    }
+}
+
 int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr)
 {
     return c->last_key0 + (c->row0 + nr - 1) / c->rows_per_query + 1;
@@ -48,7 +132,7 @@ bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n
 
 float mla_attn_finish_row(float *o, int64_t width, float m, float l)
 {
-    if (!(l > 0.0f)) {
+    if (l == 0.0f) {
         memset(o, 0, (size_t)width * sizeof(float));
         return -INFINITY;
     }

@@ -1,8 +1,8 @@
 /*
  * The attention core that decode and prefill share: online-softmax state of
- * a block of query rows, the causal rule, row finishing and the LSE merge of
- * partial results. Written once here; the drivers (decode.c, and prefill's)
- * own only their tiling and addressing.
+ * a block of query rows, the causal rule (in the softmax and in P.V), row
+ * finishing and the LSE merge of partial results. Written once here; the
+ * drivers (decode.c, and prefill's) own only their tiling and addressing.
  *
  * Layout. A pass holds up to MLA_ATTN_MAX_ROWS query rows, padded to `ld`
  * (a multiple of MLA_ATTN_ROW_MULTIPLE). A tile's scores are S [n keys][ld
@@ -12,11 +12,14 @@
  *
  * Conventions (docs/semantics.md §8): LSEs are natural-log, f32; a row that
  * sees no key gets output 0 and LSE -inf; merging treats +inf and -inf as
- * empty, and two empty partials merge to 0 and -inf, never NaN.
+ * empty, and two empty partials merge to 0 and -inf, never NaN. A key a row
+ * may not see takes no part in it; inf and NaN in what it sees follow the
+ * plain arithmetic and stay in that row.
  */
 #ifndef MLA_COMMON_ATTENTION_H
 #define MLA_COMMON_ATTENTION_H
 
+#include "attention_route.h"
 #include "mla_backend.h"
 
 /* Online-softmax state of a pass's rows: running max m, running sum l, and
@@ -52,6 +55,19 @@ typedef struct mla_attn_causal {
 void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float *s, int64_t n,
                            float score_scale, const mla_attn_causal *mask, int64_t key0);
 
+/* The values product of one tile, O = alpha O + P^T V over the first v->n
+ * keys from key0 (route->values), for a pass whose first nr rows took
+ * `mask` in the tile's softmax (NULL: every row sees every key). A key the
+ * mask hides from a row has P = 0 there, and 0 times an inf or NaN in the
+ * key's V would be NaN in a row that may not see it: when a hidden key's V
+ * holds one, the keys every row sees go through route->values and each
+ * hidden key is added (in f32, P unrounded) only to the rows that see it.
+ * Otherwise route->values runs alone, as without a mask. The check reads
+ * only the hidden keys' V rows (decode: at most s_q - 1 of them). */
+void mla_attn_tile_values(const mla_kernels *k, const mla_attn_route *route,
+                          const mla_attn_values *v, const mla_attn_causal *mask, int64_t key0,
+                          int64_t nr);
+
 /* Keys at or past this are seen by none of the pass's first nr rows: where a
  * causal walk over the keys stops (tiles past the diagonal are skipped). */
 int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr);
@@ -62,7 +78,8 @@ int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr);
 bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n);
 
 /* Finishes one row: o = o * (1 / l) and returns the LSE m + ln l; a row that saw
- * no key (l == 0) becomes 0 with LSE -inf. */
+ * no key (l == 0: none, or every logit -inf) becomes 0 with LSE -inf. A NaN
+ * l (a NaN or +inf logit) is no empty row: o and the LSE come out NaN. */
 float mla_attn_finish_row(float *o, int64_t width, float m, float l);
 
 /* Merges `count` partial results of one row, in index order: partial q is

@@ -80,9 +80,11 @@ static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *
     }
     uint16_t *out = qt;
     for (int64_t r = 0; r < q->nr; r++) {
-        const uint16_t *nope = q->nope[r], *pe = q->pe[r];
+        /* the caller's rows may start at any byte (mla.h): copied, not loaded */
+        const char *nope = q->nope[r], *pe = q->pe[r];
         for (int64_t e = 0; e < d; e++)
-            out[(e / pair) * pair * ld + pair * (q->r0 + r) + e % pair] = e < l ? nope[e] : pe[e - l];
+            memcpy(&out[(e / pair) * pair * ld + pair * (q->r0 + r) + e % pair],
+                   e < l ? nope + 2 * e : pe + 2 * (e - l), 2);
     }
 }
 

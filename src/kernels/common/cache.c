@@ -1,9 +1,9 @@
 #include "cache.h"
 
+#include "core/parallel.h"
 #include "core/policy.h"
 #include "elementwise.h"
 
-#include <omp.h>
 #include <string.h>
 
 /* Byte address of cache row (blk, off). */
@@ -31,37 +31,49 @@ static void stream_row(const mla_kernels *k, void *row, mla_dtype dst_dtype, con
     }
 }
 
+/* A parallel cache write: each of `parts` tasks writes a slice of the tokens. */
+typedef struct cache_write {
+    const mla_kernels *k;
+    const mla_kv_cache *cache;
+    const void *kv_c, *k_pe;
+    int64_t kv_c_stride, k_pe_stride, kv_lora_rank, num_tokens, parts;
+    mla_dtype src_dtype;
+    const int64_t *slot_mapping;
+} cache_write;
+
+static void write_rows(int64_t part, void *ctx)
+{
+    const cache_write *w = ctx;
+    const mla_kv_cache *cache = w->cache;
+    const int64_t L = w->kv_lora_rank, R = cache->width - L;
+    const int64_t src_size = mla_dtype_size(w->src_dtype), cache_size = mla_dtype_size(cache->dtype);
+    int64_t lo, hi;
+    mla_part_range(w->num_tokens, w->parts, part, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t slot = w->slot_mapping[t];
+        if (slot < 0)
+            continue;
+        char *row = cache_row(cache, cache_size, slot / cache->block_size, slot % cache->block_size);
+        stream_row(w->k, row, cache->dtype, (const char *)w->kv_c + t * w->kv_c_stride * src_size,
+                   w->src_dtype, L, cache->scale);
+        if (R > 0)
+            stream_row(w->k, row + L * cache_size, cache->dtype,
+                       (const char *)w->k_pe + t * w->k_pe_stride * src_size, w->src_dtype, R,
+                       cache->scale);
+    }
+    w->k->store_fence(); /* the rows are visible once the op returns */
+}
+
 void mla_cache_write(const mla_kernels *k, const mla_kv_cache *cache, const void *kv_c,
                      int64_t kv_c_stride, const void *k_pe, int64_t k_pe_stride,
                      mla_dtype src_dtype, int64_t kv_lora_rank, const int64_t *slot_mapping,
                      int64_t num_tokens, int threads)
 {
-    const int64_t L = kv_lora_rank, R = cache->width - L;
-    const int64_t src_size = mla_dtype_size(src_dtype), cache_size = mla_dtype_size(cache->dtype);
-#pragma omp parallel num_threads(mla_team_size(num_tokens, MLA_FORK_MIN_ROWS, threads))
-    {
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < num_tokens; t++) {
-            int64_t slot = slot_mapping[t];
-            if (slot < 0)
-                continue;
-            char *row = cache_row(cache, cache_size, slot / cache->block_size, slot % cache->block_size);
-            stream_row(k, row, cache->dtype, (const char *)kv_c + t * kv_c_stride * src_size,
-                       src_dtype, L, cache->scale);
-            if (R > 0)
-                stream_row(k, row + L * cache_size, cache->dtype,
-                           (const char *)k_pe + t * k_pe_stride * src_size, src_dtype, R, cache->scale);
-        }
-        k->store_fence(); /* the rows are visible once the op returns */
-    }
-}
-
-/* Splits rows [begin, end) into `parts` contiguous slices; slice i. */
-static void slice(int64_t begin, int64_t end, int parts, int i, int64_t *lo, int64_t *hi)
-{
-    int64_t n = end - begin;
-    *lo = begin + n * i / parts;
-    *hi = begin + n * (i + 1) / parts;
+    cache_write w = {.k = k, .cache = cache, .kv_c = kv_c, .k_pe = k_pe, .kv_c_stride = kv_c_stride,
+                     .k_pe_stride = k_pe_stride, .kv_lora_rank = kv_lora_rank,
+                     .num_tokens = num_tokens, .src_dtype = src_dtype, .slot_mapping = slot_mapping,
+                     .parts = mla_team_size(num_tokens, MLA_FORK_MIN_ROWS, threads)};
+    mla_parallel_for(w.parts, w.parts, write_rows, &w);
 }
 
 /* Copies/converts `rows` consecutive positions of one block into consecutive
@@ -74,45 +86,66 @@ static void copy_rows(const mla_kernels *k, const mla_kv_cache *cache, const cha
         mla_convert_run(k, dst, dst_dtype, src, cache->dtype, rows * width, cache->scale);
         return;
     }
-    int64_t src_step = cache->entry_stride * mla_dtype_size(cache->dtype);
-    int64_t dst_step = dst_stride * mla_dtype_size(dst_dtype);
+    /* offsets of rows that exist: a stride alone, in bytes, may not fit
+     * int64_t (one row of dst or of a block has any stride) */
+    const int64_t src_size = mla_dtype_size(cache->dtype), dst_size = mla_dtype_size(dst_dtype);
     for (int64_t i = 0; i < rows; i++)
-        mla_convert_run(k, dst + i * dst_step, dst_dtype, src + i * src_step, cache->dtype, width,
-                        cache->scale);
+        mla_convert_run(k, dst + i * dst_stride * dst_size, dst_dtype,
+                        src + i * cache->entry_stride * src_size, cache->dtype, width, cache->scale);
+}
+
+/* A parallel gather: each of `parts` tasks gathers a slice of dst's rows. */
+typedef struct cache_gather {
+    const mla_kernels *k;
+    const mla_kv_cache *cache;
+    const mla_gather_spec *spec;
+    const int32_t *token_to_seq;
+    int64_t num_tokens, dst_stride, parts;
+    void *dst;
+    mla_dtype dst_dtype;
+} cache_gather;
+
+static void gather_rows(int64_t part, void *ctx)
+{
+    const cache_gather *g = ctx;
+    const mla_kv_cache *cache = g->cache;
+    const mla_gather_spec *spec = g->spec;
+    const int32_t *token_to_seq = g->token_to_seq;
+    const int64_t bs = cache->block_size, cache_size = mla_dtype_size(cache->dtype);
+    const int64_t dst_size = mla_dtype_size(g->dst_dtype);
+    int64_t t, end;
+    mla_part_range(g->num_tokens, g->parts, part, &t, &end);
+    while (t < end) {
+        int32_t r = token_to_seq[t];
+        int64_t seq_end = spec->cu_seq_lens[r + 1];
+        if (t >= seq_end) { /* past its request: skipped, as in vLLM */
+            t++;
+            continue;
+        }
+        int64_t pos = t - spec->cu_seq_lens[r] + (spec->seq_starts ? spec->seq_starts[r] : 0);
+        int64_t off = pos % bs, blk = spec->block_table[r * spec->block_table_cols + pos / bs];
+        /* the run of rows that stay in this block and this request */
+        int64_t limit = end - t;
+        limit = limit < bs - off ? limit : bs - off;
+        limit = limit < seq_end - t ? limit : seq_end - t;
+        int64_t rows = 1;
+        while (rows < limit && token_to_seq[t + rows] == r)
+            rows++;
+        copy_rows(g->k, cache, cache_row(cache, cache_size, blk, off),
+                  (char *)g->dst + t * g->dst_stride * dst_size, g->dst_dtype, g->dst_stride, rows);
+        t += rows;
+    }
 }
 
 void mla_cache_gather(const mla_kernels *k, const mla_kv_cache *cache, const mla_gather_spec *spec,
                       const int32_t *token_to_seq, int64_t num_tokens, void *dst,
                       mla_dtype dst_dtype, int64_t dst_stride, int threads)
 {
-    const int64_t bs = cache->block_size, cache_size = mla_dtype_size(cache->dtype);
-    const int64_t dst_row = dst_stride * mla_dtype_size(dst_dtype);
-    int team = mla_team_size(num_tokens, MLA_FORK_MIN_ROWS, threads);
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int part = 0; part < team; part++) {
-        int64_t t, end;
-        slice(0, num_tokens, team, part, &t, &end);
-        while (t < end) {
-            int32_t r = token_to_seq[t];
-            int64_t seq_end = spec->cu_seq_lens[r + 1];
-            if (t >= seq_end) { /* past its request: skipped, as in vLLM */
-                t++;
-                continue;
-            }
-            int64_t pos = t - spec->cu_seq_lens[r] + (spec->seq_starts ? spec->seq_starts[r] : 0);
-            int64_t off = pos % bs, blk = spec->block_table[r * spec->block_table_cols + pos / bs];
-            /* the run of rows that stay in this block and this request */
-            int64_t limit = end - t;
-            limit = limit < bs - off ? limit : bs - off;
-            limit = limit < seq_end - t ? limit : seq_end - t;
-            int64_t rows = 1;
-            while (rows < limit && token_to_seq[t + rows] == r)
-                rows++;
-            copy_rows(k, cache, cache_row(cache, cache_size, blk, off), (char *)dst + t * dst_row,
-                      dst_dtype, dst_stride, rows);
-            t += rows;
-        }
-    }
+    cache_gather g = {.k = k, .cache = cache, .spec = spec, .token_to_seq = token_to_seq,
+                      .num_tokens = num_tokens, .dst_stride = dst_stride, .dst = dst,
+                      .dst_dtype = dst_dtype,
+                      .parts = mla_team_size(num_tokens, MLA_FORK_MIN_ROWS, threads)};
+    mla_parallel_for(g.parts, g.parts, gather_rows, &g);
 }
 
 /* The request owning row `row`: the last b with cu_seq_lens[b] <= row. */
@@ -129,28 +162,47 @@ static int64_t request_of_row(const int32_t *cu_seq_lens, int64_t num_reqs, int6
     return lo;
 }
 
+/* A parallel raw gather: each of `parts` tasks copies a slice of the rows
+ * cu_seq_lens[0] .. cu_seq_lens[num_reqs]. */
+typedef struct cache_cp_gather {
+    const mla_kernels *k;
+    const mla_kv_cache *cache;
+    const mla_gather_spec *spec;
+    void *dst;
+    int64_t dst_stride, parts;
+} cache_cp_gather;
+
+static void cp_gather_rows(int64_t part, void *ctx)
+{
+    const cache_cp_gather *g = ctx;
+    const mla_kv_cache *cache = g->cache;
+    const mla_gather_spec *spec = g->spec;
+    const int32_t *cu = spec->cu_seq_lens;
+    const int64_t bs = cache->block_size, elem_size = mla_dtype_size(cache->dtype);
+    int64_t row, end;
+    mla_part_range(cu[spec->num_reqs] - cu[0], g->parts, part, &row, &end);
+    row += cu[0];
+    end += cu[0];
+    for (int64_t b = row < end ? request_of_row(cu, spec->num_reqs, row) : 0; row < end; b++) {
+        const int32_t *blocks = spec->block_table + b * spec->block_table_cols;
+        int64_t start = spec->seq_starts ? spec->seq_starts[b] : 0;
+        int64_t req_end = cu[b + 1] < end ? cu[b + 1] : end;
+        while (row < req_end) {
+            int64_t pos = start + row - cu[b], off = pos % bs;
+            int64_t rows = bs - off < req_end - row ? bs - off : req_end - row;
+            copy_rows(g->k, cache, cache_row(cache, elem_size, blocks[pos / bs], off),
+                      (char *)g->dst + row * g->dst_stride * elem_size, cache->dtype, g->dst_stride,
+                      rows);
+            row += rows;
+        }
+    }
+}
+
 void mla_cache_cp_gather(const mla_kernels *k, const mla_kv_cache *cache,
                          const mla_gather_spec *spec, void *dst, int64_t dst_stride, int threads)
 {
-    const int32_t *cu = spec->cu_seq_lens;
-    const int64_t bs = cache->block_size, elem_size = mla_dtype_size(cache->dtype);
-    const int64_t first = cu[0], last = cu[spec->num_reqs];
-    int team = mla_team_size(last - first, MLA_FORK_MIN_ROWS, threads);
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int part = 0; part < team; part++) {
-        int64_t row, end;
-        slice(first, last, team, part, &row, &end);
-        for (int64_t b = row < end ? request_of_row(cu, spec->num_reqs, row) : 0; row < end; b++) {
-            const int32_t *blocks = spec->block_table + b * spec->block_table_cols;
-            int64_t start = spec->seq_starts ? spec->seq_starts[b] : 0;
-            int64_t req_end = cu[b + 1] < end ? cu[b + 1] : end;
-            while (row < req_end) {
-                int64_t pos = start + row - cu[b], off = pos % bs;
-                int64_t rows = bs - off < req_end - row ? bs - off : req_end - row;
-                copy_rows(k, cache, cache_row(cache, elem_size, blocks[pos / bs], off),
-                          (char *)dst + row * dst_stride * elem_size, cache->dtype, dst_stride, rows);
-                row += rows;
-            }
-        }
-    }
+    const int64_t rows = spec->cu_seq_lens[spec->num_reqs] - spec->cu_seq_lens[0];
+    cache_cp_gather g = {.k = k, .cache = cache, .spec = spec, .dst = dst, .dst_stride = dst_stride,
+                         .parts = mla_team_size(rows, MLA_FORK_MIN_ROWS, threads)};
+    mla_parallel_for(g.parts, g.parts, cp_gather_rows, &g);
 }

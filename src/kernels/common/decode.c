@@ -36,12 +36,12 @@
 #include "attention.h"
 #include "attention_route.h"
 #include "core/dtype.h"
+#include "core/parallel.h"
 #include "core/policy.h"
 #include "core/size.h"
 #include "elementwise.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 typedef struct decode_shape {
@@ -61,8 +61,8 @@ static decode_shape shape_of(const mla_decode_args *a)
 {
     decode_shape s = {.rows = a->s_q * a->num_heads, .d = a->kv_lora_rank + a->rope_dim,
                       .l = a->kv_lora_rank};
-    s.mblocks = (s.rows + MLA_ATTN_MAX_ROWS - 1) / MLA_ATTN_MAX_ROWS;
-    s.mb_rows = (s.rows + s.mblocks - 1) / s.mblocks;
+    s.mblocks = mla_ceil_div(s.rows, MLA_ATTN_MAX_ROWS);
+    s.mb_rows = mla_ceil_div(s.rows, s.mblocks);
     s.mb = mla_round_up(s.mb_rows, MLA_ATTN_ROW_MULTIPLE);
     return s;
 }
@@ -98,16 +98,19 @@ bool mla_decode_workspace(const mla_decode_args *a, int64_t slots, int threads, 
     decode_shape widest = s;
     widest.mb = mla_round_up(s.rows < MLA_ATTN_MAX_ROWS ? s.rows : MLA_ATTN_MAX_ROWS,
                              MLA_ATTN_ROW_MULTIPLE);
-    scratch_layout x = scratch_of(&widest);
-    int64_t partial, lse, scratch, total;
-    if (__builtin_mul_overflow(slots, s.rows * s.l, &partial) ||
-        __builtin_mul_overflow(slots, s.rows, &lse) ||
-        __builtin_mul_overflow(x.total, (int64_t)threads, &scratch))
+    /* Each array scratch_of places (the route's included) is at most
+     * MLA_ATTN_TILE x (D + MLA_ATTN_TILE) floats (a pass has at most
+     * MLA_ATTN_TILE rows, L <= D) and there are fewer than 16: where 16 such
+     * arrays a thread fit, scratch_of's sums and products are exact. */
+    int64_t columns, partial, lse, scratch, total;
+    if (__builtin_add_overflow(s.d, (int64_t)MLA_ATTN_TILE, &columns) ||
+        !mla_region_bytes(16 * MLA_ATTN_TILE, columns, threads, sizeof(float), &scratch))
         return false;
-    partial = mla_round_up(partial, MLA_ALIGN / 4);
-    lse = mla_round_up(lse, MLA_ALIGN / 4);
-    if (__builtin_add_overflow(partial, lse, &total) || __builtin_add_overflow(total, scratch, &total) ||
-        __builtin_mul_overflow(total, (int64_t)sizeof(float), &total) ||
+    scratch = scratch_of(&widest).total * threads * (int64_t)sizeof(float);
+    /* partials and their LSEs as mla_decode_run places them, in bytes */
+    if (!mla_region_bytes(slots, s.rows, s.l, sizeof(float), &partial) ||
+        !mla_region_bytes(slots, s.rows, 1, sizeof(float), &lse) ||
+        __builtin_add_overflow(partial, lse, &total) || __builtin_add_overflow(total, scratch, &total) ||
         __builtin_add_overflow(total, (int64_t)MLA_ALIGN, &total))
         return false;
     *bytes = total;
@@ -254,11 +257,12 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
     }
 }
 
-/* O = alpha * O + P^T V over the tile's n rows (O = P^T V on the pass's
- * first tile): V is the first L values of each cache row, read in place or
- * from the rows tile_scores converted. */
+/* O = alpha * O + P^T V over the tile's n rows from key t (O = P^T V on
+ * the pass's first tile): V is the first L values of each cache row, read
+ * in place or from the rows tile_scores converted; `mask` as the tile's
+ * softmax took it, for the pass's first nr rows. */
 static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs, int64_t nruns,
-                        int64_t n, bool first)
+                        int64_t t, int64_t n, bool first, const mla_attn_causal *mask, int64_t nr)
 {
     const decode_shape *s = &c->shape;
     const mla_key_run converted = {.rows = ws + c->x.kf, .count = n, .first = 0};
@@ -270,7 +274,7 @@ static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs,
         .o = ws + c->x.o, .alpha = first ? NULL : ws + c->x.alpha, .ones = ws + c->x.ones,
         .scratch = ws + c->x.route,
     };
-    c->route->values(c->k, &v);
+    mla_attn_tile_values(c->k, c->route, &v, mask, t, nr);
 }
 
 /* The pass's online-softmax state in the thread's scratch. */
@@ -331,10 +335,10 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
             int64_t nruns = split_tile(c, b, t, n, runs);
             int64_t next_end = t + n + tile < end ? t + n + tile : end;
             prefetch_cursor pf = {.b = b, .pos = t + n, .end = next_end};
+            const mla_attn_causal *mask = mla_attn_causal_straddles(&causal, t, n) ? &causal : NULL;
             tile_scores(c, ws, runs, nruns, &pf);
-            mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale,
-                                  mla_attn_causal_straddles(&causal, t, n) ? &causal : NULL, t);
-            tile_values(c, ws, runs, nruns, n, t == t0);
+            mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale, mask, t);
+            tile_values(c, ws, runs, nruns, t, n, t == t0, mask, nr);
         }
         finish_rows(c, ws, b, r0, nr, slot);
     }
@@ -382,15 +386,56 @@ static void combine_row(const decode_ctx *c, float *tmp, int64_t b, int64_t rr, 
         a->lse[(b * a->num_heads + h) * a->s_q + i] = lse;
 }
 
+const mla_attn_route *mla_decode_route(const mla_kernels *k, const mla_decode_args *a,
+                                       const mla_kv_cache *cache)
+{
+    return mla_attn_route_for(k, a->q_dtype, cache->dtype, a->kv_lora_rank + a->rope_dim,
+                              cache->entry_stride, a->bf16_compute);
+}
+
+/* A decode on the threads: `workers` tasks take the schedule's parts one
+ * at a time, as they finish the last (parts differ in cost), each with its
+ * own scratch; once all are done, `combiners` tasks merge a slice of the
+ * split requests' rows each. */
+typedef struct decode_run {
+    const decode_ctx *c;
+    const mla_sched_part *parts;
+    int64_t num_parts, block_n, split_blocks, workers, combine_rows, combiners;
+    const int32_t *split_prefix;
+    float *scratch;
+    atomic_int_least64_t next_part;
+} decode_run;
+
+static void run_parts(int64_t worker, void *ctx)
+{
+    decode_run *r = ctx;
+    float *ws = r->scratch + worker * r->c->x.total;
+    for (int64_t p; (p = mla_parallel_claim(&r->next_part)) < r->num_parts;)
+        if (r->parts[p].begin_req < r->c->a->num_reqs)
+            run_part(r->c, ws, &r->parts[p], r->split_prefix, r->block_n, r->split_blocks);
+}
+
+static void combine_slice(int64_t part, void *ctx)
+{
+    const decode_run *r = ctx;
+    const decode_ctx *c = r->c;
+    float *tmp = r->scratch + part * c->x.total + c->x.o;
+    int64_t lo, hi;
+    mla_part_range(r->combine_rows, r->combiners, part, &lo, &hi);
+    for (int64_t q = lo; q < hi; q++) {
+        int64_t b = q / c->shape.rows, splits = r->split_prefix[b + 1] - r->split_prefix[b];
+        if (splits > 1)
+            combine_row(c, tmp, b, q % c->shape.rows, r->split_prefix[b], splits);
+    }
+}
+
 void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv_cache *cache,
                     const mla_sched_part *parts, int64_t num_parts, const int32_t *split_prefix,
                     int64_t block_n, int64_t split_blocks, void *workspace, int threads)
 {
     decode_ctx c = {.k = k, .a = a, .cache = cache, .shape = shape_of(a),
                     .elem_q = mla_dtype_size(a->q_dtype), .elem_cache = mla_dtype_size(cache->dtype),
-                    .route = mla_attn_route_for(k, a->q_dtype, cache->dtype,
-                                                a->kv_lora_rank + a->rope_dim, cache->entry_stride,
-                                                a->bf16_compute)};
+                    .route = mla_decode_route(k, a, cache)};
     c.score_scale = c.route->q_scaled ? 1.0f : a->scale;
     c.x = scratch_of(&c.shape);
     const int64_t slots = split_prefix[a->num_reqs];
@@ -398,19 +443,12 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
     c.partial = base;
     c.partial_lse = c.partial + mla_round_up(slots * c.shape.rows * c.shape.l, MLA_ALIGN / 4);
     float *scratch = c.partial_lse + mla_round_up(slots * c.shape.rows, MLA_ALIGN / 4);
-    const int64_t combine_rows = a->num_reqs * c.shape.rows;
-#pragma omp parallel num_threads(threads)
-    {
-        float *ws = scratch + omp_get_thread_num() * c.x.total;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t p = 0; p < num_parts; p++)
-            if (parts[p].begin_req < a->num_reqs)
-                run_part(&c, ws, &parts[p], split_prefix, block_n, split_blocks);
-#pragma omp for schedule(static)
-        for (int64_t q = 0; q < combine_rows; q++) {
-            int64_t b = q / c.shape.rows, splits = split_prefix[b + 1] - split_prefix[b];
-            if (splits > 1)
-                combine_row(&c, ws + c.x.o, b, q % c.shape.rows, split_prefix[b], splits);
-        }
-    }
+    decode_run run = {.c = &c, .parts = parts, .num_parts = num_parts, .split_prefix = split_prefix,
+                      .block_n = block_n, .split_blocks = split_blocks, .scratch = scratch,
+                      .combine_rows = a->num_reqs * c.shape.rows};
+    atomic_init(&run.next_part, 0);
+    run.workers = num_parts < threads ? num_parts : threads;
+    run.combiners = run.combine_rows < threads ? run.combine_rows : threads;
+    const mla_parallel_loop loops[] = {{run.workers, run_parts}, {run.combiners, combine_slice}};
+    mla_parallel_run(threads, loops, 2, &run);
 }

@@ -1,9 +1,9 @@
 #include "elementwise.h"
 
+#include "core/parallel.h"
 #include "core/policy.h"
 #include "core/size.h"
 
-#include <omp.h>
 #include <string.h>
 
 bool mla_conversion_kind(mla_dtype dst_dtype, mla_dtype src_dtype, mla_elementwise_kind *kind)
@@ -78,27 +78,42 @@ static void element_sizes(mla_elementwise_kind kind, int64_t *src_size, int64_t 
     *dst_size = sizes[kind][1];
 }
 
+/* A parallel call: task t runs elements [t * per, (t + 1) * per). */
+typedef struct ew_call {
+    const mla_kernels *k;
+    mla_elementwise_kind kind;
+    void *dst;
+    const void *src;
+    int64_t n, per, src_size, dst_size;
+    float scale;
+} ew_call;
+
+static void run_chunk(int64_t t, void *ctx)
+{
+    const ew_call *c = ctx;
+    int64_t begin = t * c->per;
+    int64_t end = begin + c->per < c->n ? begin + c->per : c->n;
+    if (begin < end)
+        mla_elementwise_run(c->k, c->kind, (char *)c->dst + begin * c->dst_size,
+                            (const char *)c->src + begin * c->src_size, end - begin, c->scale);
+}
+
 void mla_elementwise(const mla_kernels *k, mla_elementwise_kind kind, void *dst, const void *src,
                      int64_t n, float scale, int threads)
 {
+    if (n == 0)
+        return; /* src and dst may be NULL: not even NULL + 0 is formed */
     int nt = mla_team_size(n, MLA_FORK_MIN_ELEMENTS, threads);
     if (nt == 1) {
         mla_elementwise_run(k, kind, dst, src, n, scale);
         return;
     }
-    int64_t src_size, dst_size;
-    element_sizes(kind, &src_size, &dst_size);
-    /* chunk starts on MLA_ALIGN elements: every thread but the last runs only
-     * full vectors, and no two threads share a cache line of the output */
-    int64_t per = mla_round_up(mla_ceil_div(n, nt), MLA_ALIGN);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        int64_t begin = (int64_t)t * per;
-        int64_t end = begin + per < n ? begin + per : n;
-        if (begin < end)
-            mla_elementwise_run(k, kind, (char *)dst + begin * dst_size,
-                                (const char *)src + begin * src_size, end - begin, scale);
-    }
+    ew_call c = {.k = k, .kind = kind, .dst = dst, .src = src, .n = n, .scale = scale,
+                 /* chunk starts on MLA_ALIGN elements: every task but the last runs
+                  * only full vectors, and no two share a cache line of the output */
+                 .per = mla_round_up(mla_ceil_div(n, nt), MLA_ALIGN)};
+    element_sizes(kind, &c.src_size, &c.dst_size);
+    mla_parallel_for(nt, nt, run_chunk, &c);
 }
 
 void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const void *src,

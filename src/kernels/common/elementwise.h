@@ -1,4 +1,4 @@
-/* Driver for element-wise micro-kernels: splits n over OpenMP threads. */
+/* Driver for element-wise micro-kernels: splits n over threads (core/parallel.h). */
 #ifndef MLA_COMMON_ELEMENTWISE_H
 #define MLA_COMMON_ELEMENTWISE_H
 

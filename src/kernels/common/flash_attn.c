@@ -28,11 +28,11 @@
 
 #include "attention.h"
 #include "attention_route.h"
+#include "core/parallel.h"
 #include "core/policy.h"
 #include "core/size.h"
 #include "elementwise.h"
 
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,23 +195,24 @@ static void tile_scores(const fa_ctx *c, float *ws, const fa_block *b, int64_t k
                          b->s, ws + c->x.ones);
 }
 
-/* The block's O = alpha O + P^T V over values [key, key + n) of head h
- * (O = P^T V on its first tile). */
-static void tile_values(const fa_ctx *c, float *ws, const fa_block *b, int64_t key, int64_t n,
-                        int64_t h, bool first)
+/* The block's O = alpha O + P^T V over values [key, key + n) of the
+ * request whose keys start at k0, head h (O = P^T V on its first tile, key
+ * 0); `mask` as the tile's softmax took it. */
+static void tile_values(const fa_ctx *c, float *ws, const fa_block *b, int64_t k0, int64_t key,
+                        int64_t n, int64_t h, const mla_attn_causal *mask)
 {
     const mla_flash_attn_args *a = c->a;
     const mla_key_run run = {
-        .rows = c->in_place ? row_of(c, a->v, key, a->v_token_stride, h, a->v_head_stride)
+        .rows = c->in_place ? row_of(c, a->v, k0 + key, a->v_token_stride, h, a->v_head_stride)
                             : (const void *)(ws + c->x.vf),
         .count = n, .first = 0};
     mla_attn_values values = {
         .ld = b->ld, .width = a->v_dim, .n = n, .s = b->s, .runs = &run, .nruns = 1,
         .stride = c->in_place ? a->v_token_stride : a->v_dim, .o = b->o,
-        .alpha = first ? NULL : b->st.alpha,
+        .alpha = key == 0 ? NULL : b->st.alpha,
         .ones = ws + c->x.ones, .scratch = ws + c->x.route,
     };
-    c->route->values(c->k, &values);
+    mla_attn_tile_values(c->k, c->route, &values, mask, key, b->rows);
 }
 
 /* out and lse of the block's rows: O / l and m + ln l (0 and -inf for a row
@@ -249,10 +250,11 @@ static void run_unit(const fa_ctx *c, float *ws, const fa_unit *u, int64_t h)
             if (key >= b->end)
                 continue;
             int64_t nb = b->end - key < n ? b->end - key : n;
-            bool masked = a->causal && mla_attn_causal_straddles(&b->causal, key, nb);
+            const mla_attn_causal *mask =
+                a->causal && mla_attn_causal_straddles(&b->causal, key, nb) ? &b->causal : NULL;
             tile_scores(c, ws, b, k0 + key, nb, h);
-            mla_attn_softmax_tile(c->k, &b->st, b->s, nb, c->score_scale, masked ? &b->causal : NULL, key);
-            tile_values(c, ws, b, k0 + key, nb, h, key == 0);
+            mla_attn_softmax_tile(c->k, &b->st, b->s, nb, c->score_scale, mask, key);
+            tile_values(c, ws, b, k0, key, nb, h, mask);
         }
     }
     for (int64_t g = 0; g < u->blocks; g++)
@@ -312,6 +314,28 @@ static int64_t key_parity(const mla_flash_attn_args *a)
     return any % 2 == 0 ? 2 : 1;
 }
 
+/* A call on the threads: each task, with scratch of its own, takes the
+ * (unit, head) items, costliest first, one at a time as it finishes the
+ * last. */
+typedef struct fa_run {
+    const fa_ctx *c;
+    const fa_unit *units;
+    int64_t work;
+    float *scratch;
+    atomic_int_least64_t next;
+} fa_run;
+
+static void run_worker(int64_t worker, void *ctx)
+{
+    fa_run *r = ctx;
+    const int64_t heads = r->c->a->num_heads;
+    float *ws = r->scratch + worker * r->c->x.total;
+    for (int64_t i = 0; i < ONES; i++)
+        ws[r->c->x.ones + i] = 1.0f;
+    for (int64_t w; (w = mla_parallel_claim(&r->next)) < r->work;)
+        run_unit(r->c, ws, &r->units[w / heads], w % heads);
+}
+
 /* The call on the given route (the one mla_attn_route_for gives, or the
  * f32 route, which takes any input). */
 static void run_on_route(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
@@ -326,25 +350,22 @@ static void run_on_route(const mla_kernels *k, const mla_flash_attn_args *a, voi
     qsort(units, (size_t)count, sizeof *units, costliest_first);
     float *scratch = (float *)((char *)units + mla_round_up(max_units(a) * (int64_t)sizeof(fa_unit),
                                                             MLA_ALIGN));
-    const int64_t work = count * a->num_heads;
-    int team = work < threads ? (int)(work > 0 ? work : 1) : threads;
-#pragma omp parallel num_threads(team)
-    {
-        float *ws = scratch + omp_get_thread_num() * c.x.total;
-        for (int64_t r = 0; r < ONES; r++)
-            ws[c.x.ones + r] = 1.0f;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < work; w++)
-            run_unit(&c, ws, &units[w / a->num_heads], w % a->num_heads);
-    }
+    fa_run run = {.c = &c, .units = units, .work = count * a->num_heads, .scratch = scratch};
+    atomic_init(&run.next, 0);
+    const int64_t workers = run.work < threads ? run.work : threads;
+    mla_parallel_for(workers, threads, run_worker, &run);
+}
+
+const mla_attn_route *mla_flash_attn_route(const mla_kernels *k, const mla_flash_attn_args *a)
+{
+    int64_t parity = key_parity(a);
+    return mla_attn_route_for(k, a->dtype, a->dtype, parity, parity, false);
 }
 
 void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
                         int threads)
 {
-    int64_t parity = key_parity(a);
-    run_on_route(k, a, workspace, threads,
-                 mla_attn_route_for(k, a->dtype, a->dtype, parity, parity, false));
+    run_on_route(k, a, workspace, threads, mla_flash_attn_route(k, a));
 }
 
 /* ---- the prefill route timing ------------------------------------------------- */

@@ -14,6 +14,9 @@
  * (reads only the sizes, dims and dtype of a); false on overflow. */
 bool mla_flash_attn_workspace(const mla_flash_attn_args *a, int threads, int64_t *bytes);
 
+/* The attention route mla_flash_attn_run takes for a. */
+const mla_attn_route *mla_flash_attn_route(const mla_kernels *k, const mla_flash_attn_args *a);
+
 /* Runs a checked call. workspace holds mla_flash_attn_workspace's bytes. */
 void mla_flash_attn_run(const mla_kernels *k, const mla_flash_attn_args *a, void *workspace,
                         int threads);

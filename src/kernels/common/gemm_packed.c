@@ -1,10 +1,11 @@
 #include "gemm_packed.h"
 
+#include "core/parallel.h"
 #include "core/policy.h"
 #include "core/size.h"
 #include "elementwise.h"
+#include "kernels/kernels.h"
 
-#include <omp.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -70,7 +71,8 @@ bool mla_gemm_packed_w_elems(int64_t n, int64_t k, int64_t *elems)
 /* ---- packing ------------------------------------------------------------------ */
 
 /* dst[p * ld] = row[p] for p < k, widened to f32: one row of A into its
- * block's columns, or one W row into a strip's column. */
+ * block's columns, or one W row into a strip's column. Rows and a packed
+ * weight's dst are callers', at any byte (mla.h). */
 static void scatter_f32(const mla_kernels *kern, const void *row, mla_dtype dtype, int64_t k,
                         float *dst, int64_t ld)
 {
@@ -79,18 +81,18 @@ static void scatter_f32(const mla_kernels *kern, const void *row, mla_dtype dtyp
         int64_t n = k - p0 < PIECE ? k - p0 : PIECE;
         const float *x = mla_widen_piece(kern, row, dtype, p0, n, buf);
         for (int64_t p = 0; p < n; p++)
-            dst[(p0 + p) * ld] = x[p];
+            mla_store_f32(dst + (p0 + p) * ld, mla_load_f32(x + p));
     }
 }
 
 /* The bf16 pairs of one row, pair q at dst[q * ld] (two elements), an odd k
- * completed by a zero. */
+ * completed by a zero. Row and dst as scatter_f32's. */
 static void scatter_pairs(const uint16_t *row, int64_t k, uint16_t *dst, int64_t ld)
 {
     for (int64_t p = 0; p < k; p++)
-        dst[(p / 2) * ld + p % 2] = row[p];
+        mla_store_u16(dst + (p / 2) * ld + p % 2, mla_load_u16(row + p));
     if (k % 2)
-        dst[(k / 2) * ld + 1] = 0;
+        mla_store_u16(dst + (k / 2) * ld + 1, 0);
 }
 
 /* `rows` rows of k elements (ld apart, dtype) into a [k][rows] block column
@@ -235,21 +237,26 @@ static void tile_product(const packed *pk, const mla_gemm_segment *s, int64_t r,
     }
 }
 
-/* One tile: into C itself when f32, else through the thread's f32 tile,
- * rounded once. */
+/* One tile, computed in the thread's f32 tile (it stays in L2) and then
+ * streamed out row by row, rounded once to C's dtype. C is written once
+ * and not read again by the call, so non-temporal stores spare each line's
+ * read for ownership: 7% of a 16-thread up-projection on the Xeon, on the
+ * f32 and the AMX routes alike (bench/RESULTS.md). */
 static void run_tile(const packed *pk, const mla_gemm_segment *s, int64_t r, float *c_tile)
 {
     const mla_packed_gemm *g = pk->g;
     const int64_t rows = block_rows(pk, r), size = mla_dtype_size(g->c_dtype);
     char *c = (char *)s->c + r * pk->mc * s->ldc * size;
-    if (g->c_dtype == MLA_DTYPE_F32) {
-        tile_product(pk, s, r, (float *)c, s->ldc);
-        return;
-    }
+    _Alignas(64) uint16_t narrow[NC]; /* a row rounded to bf16 or f16 */
     tile_product(pk, s, r, c_tile, s->width);
-    for (int64_t i = 0; i < rows; i++)
-        mla_convert_run(pk->kern, c + i * s->ldc * size, g->c_dtype, c_tile + i * s->width,
-                        MLA_DTYPE_F32, s->width, 1.0f);
+    for (int64_t i = 0; i < rows; i++) {
+        const void *row = c_tile + i * s->width;
+        if (g->c_dtype != MLA_DTYPE_F32) {
+            mla_convert_run(pk->kern, narrow, g->c_dtype, row, MLA_DTYPE_F32, s->width, 1.0f);
+            row = narrow;
+        }
+        pk->kern->copy_stream(c + i * s->ldc * size, row, s->width * size);
+    }
 }
 
 bool mla_gemm_packed_dot(const mla_kernels *kern, mla_dtype a_dtype, mla_dtype w_dtype)
@@ -267,32 +274,49 @@ int64_t mla_gemm_packed_strip(const mla_kernels *kern, bool dot)
     return dot && kern->gemm_bf16tile ? MLA_PACKED_GEMM_NC : MLA_PACKED_GEMM_NR;
 }
 
-/* Packs W's segments, unless packed ahead, and A's micro-panels, then runs
- * tiles [first, last) of the (row block, segment) grid, segments inner. */
-static void run_thread(const packed *pk, int64_t blocks, float *c_tile)
+/* A GEMM on the threads: `packers` tasks pack W's segments, unless packed
+ * ahead, and A's micro-panels, taking them one at a time; once both
+ * operands are whole, `parts` tasks run a slice each of the (row block,
+ * segment) tiles, segments inner, each in an f32 tile of its own. */
+typedef struct gemm_run {
+    const packed *pk;
+    int64_t blocks, segments, panels, packers, parts;
+    float *c_tiles;
+    atomic_int_least64_t next_piece;
+} gemm_run;
+
+/* W's segments (each as large as 16 of A's 8-row panels at the kv_b_proj
+ * shapes) are handed out first, one at a time: a static split gave all of W
+ * to the last two of 16 threads while the others waited at the barrier.
+ * Where each piece is packed does not change its bytes. */
+static void pack_pieces(int64_t packer, void *ctx)
 {
-    const mla_packed_gemm *g = pk->g;
-    const int64_t panels = mla_ceil_div(g->m, MR), segments = g->w_packed ? 0 : g->segments;
+    (void)packer;
+    gemm_run *r = ctx;
     mla_gemm_segment s;
-    /* W's segments (each as large as 16 of A's 8-row panels at the kv_b_proj
-     * shapes) handed out first, one at a time: a static split gave all of W
-     * to the last two of 16 threads while the others waited at the barrier.
-     * Where each piece is packed does not change its bytes. */
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t q = 0; q < segments + panels; q++) {
-        if (q < segments) {
-            g->segment(g->ctx, q, &s);
-            pack_segment(pk, &s);
+    for (int64_t q; (q = mla_parallel_claim(&r->next_piece)) < r->segments + r->panels;) {
+        if (q < r->segments) {
+            r->pk->g->segment(r->pk->g->ctx, q, &s);
+            pack_segment(r->pk, &s);
         } else {
-            pack_a_panel(pk, q - segments);
+            pack_a_panel(r->pk, q - r->segments);
         }
     }
-    /* the loop's barrier: both operands are whole */
-    const int64_t tiles = blocks * g->segments, id = omp_get_thread_num(), n = omp_get_num_threads();
-    for (int64_t q = tiles * id / n; q < tiles * (id + 1) / n; q++) {
+}
+
+static void run_tiles(int64_t part, void *ctx)
+{
+    const gemm_run *r = ctx;
+    const mla_packed_gemm *g = r->pk->g;
+    float *c_tile = r->c_tiles + part * aligned_floats(MC_MAX * NC);
+    mla_gemm_segment s;
+    int64_t lo, hi;
+    mla_part_range(r->blocks * g->segments, r->parts, part, &lo, &hi);
+    for (int64_t q = lo; q < hi; q++) {
         g->segment(g->ctx, q % g->segments, &s);
-        run_tile(pk, &s, q / g->segments, c_tile);
+        run_tile(r->pk, &s, q / g->segments, c_tile);
     }
+    r->pk->kern->store_fence(); /* C is whole once the call returns */
 }
 
 void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *workspace, int threads)
@@ -310,9 +334,34 @@ void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *wo
     pk.b = g->w_packed ? (void *)g->w_packed : b;
     pk.ones = ones;
     const int64_t blocks = mla_ceil_div(g->m, pk.mc), tiles = blocks * g->segments;
-    const int team = tiles < threads ? (int)tiles : threads;
-#pragma omp parallel num_threads(team)
-    run_thread(&pk, blocks, c_tiles + omp_get_thread_num() * aligned_floats(MC_MAX * NC));
+    gemm_run run = {.pk = &pk, .blocks = blocks, .c_tiles = c_tiles,
+                    /* k = 0 leaves nothing to pack, and A and W may then be NULL */
+                    .panels = g->k ? mla_ceil_div(g->m, MR) : 0,
+                    .segments = g->w_packed || !g->k ? 0 : g->segments,
+                    .parts = tiles < threads ? tiles : threads};
+    atomic_init(&run.next_piece, 0);
+    run.packers = run.segments + run.panels < run.parts ? run.segments + run.panels : run.parts;
+    const mla_parallel_loop loops[] = {{run.packers, pack_pieces}, {run.parts, run_tiles}};
+    mla_parallel_run(threads, loops, 2, &run);
+}
+
+/* W's segments, packed on `threads` threads a slice each. */
+typedef struct pack_run {
+    const packed *pk;
+    int64_t parts;
+} pack_run;
+
+static void pack_segments(int64_t part, void *ctx)
+{
+    const pack_run *r = ctx;
+    const mla_packed_gemm *g = r->pk->g;
+    mla_gemm_segment s;
+    int64_t lo, hi;
+    mla_part_range(g->segments, r->parts, part, &lo, &hi);
+    for (int64_t q = lo; q < hi; q++) {
+        g->segment(g->ctx, q, &s);
+        pack_segment(r->pk, &s);
+    }
 }
 
 void mla_gemm_pack_w(const mla_kernels *kern, const mla_packed_gemm *g, bool dot, void *dst,
@@ -320,16 +369,20 @@ void mla_gemm_pack_w(const mla_kernels *kern, const mla_packed_gemm *g, bool dot
 {
     packed pk = route_of(kern, g, dot);
     pk.b = dst;
-    const int team = g->segments < threads ? (int)g->segments : threads;
-#pragma omp parallel for schedule(static) num_threads(team > 0 ? team : 1)
-    for (int64_t q = 0; q < g->segments; q++) {
-        mla_gemm_segment s;
-        g->segment(g->ctx, q, &s);
-        pack_segment(&pk, &s);
-    }
+    if (g->k == 0)
+        return; /* nothing to pack, and W may be NULL */
+    pack_run run = {.pk = &pk, .parts = g->segments < threads ? g->segments : threads};
+    mla_parallel_for(run.parts, threads, pack_segments, &run);
 }
 
 /* ---- the up-projection ------------------------------------------------------ */
+
+/* base + bytes, or NULL for a tensor the call does not have (W packed
+ * ahead; the outputs while packing W ahead). */
+static void *offset_or_null(const void *base, int64_t bytes)
+{
+    return base ? (char *)base + bytes : NULL;
+}
 
 /* Segment `index` of the up-projection: head index / pieces, then its k_nope
  * pieces before its v pieces (the W rows' order). */
@@ -342,10 +395,9 @@ static void up_proj_segment(const void *ctx, int64_t index, mla_gemm_segment *ou
     const bool is_k = q < k_pieces;
     const int64_t col = (is_k ? q : q - k_pieces) * NC, dim = is_k ? P : V;
     out->col = h * (P + V) + (is_k ? 0 : P) + col;
-    out->w = a->kv_b_proj ? (const char *)a->kv_b_proj + out->col * L * mla_dtype_size(a->w_dtype)
-                          : NULL; /* packed ahead */
-    out->c = is_k ? (char *)a->k_nope + (h * a->k_nope_head_stride + col) * size
-                  : (char *)a->v + (h * a->v_head_stride + col) * size;
+    out->w = offset_or_null(a->kv_b_proj, out->col * L * mla_dtype_size(a->w_dtype));
+    out->c = is_k ? offset_or_null(a->k_nope, (h * a->k_nope_head_stride + col) * size)
+                  : offset_or_null(a->v, (h * a->v_head_stride + col) * size);
     out->ldc = is_k ? a->k_nope_token_stride : a->v_token_stride;
     out->width = dim - col < NC ? dim - col : NC;
 }

@@ -11,8 +11,10 @@
  * then takes a balanced run of (row block, segment) tiles, row blocks outer
  * so that a row block of A stays in L2 across the segments, and runs each
  * tile k block by k block, later blocks resuming with c_scale = ones
- * (exact). So every element of C is one f32 FMA chain in k order, whatever
- * the tiling or the thread count: gemm_f32's bits on the widened operands.
+ * (exact), in the thread's f32 tile, which then streams out to C rounded
+ * once to its dtype. So every element of C is one f32 FMA chain in k
+ * order, whatever the tiling or the thread count: gemm_f32's bits on the
+ * widened operands.
  *
  * The bf16 pair routes (A and W bf16, and the backend has gemm_bf16tile or
  * gemm_bf16dot) pack W as bf16 pairs along the depth instead, an odd k

@@ -1,6 +1,7 @@
 #include "merge.h"
 
 #include "attention.h"
+#include "core/parallel.h"
 #include "core/policy.h"
 
 #include <math.h>
@@ -66,25 +67,38 @@ static void prefetch_inputs(const mla_merge_attn_args *a, int64_t r, int64_t ele
     }
 }
 
+/* A parallel merge: each of `parts` tasks merges a slice of the rows. */
+typedef struct merge_call {
+    const mla_kernels *k;
+    const mla_merge_attn_args *a;
+    int64_t with_context, rows, parts;
+} merge_call;
+
+static void merge_rows(int64_t part, void *ctx)
+{
+    const merge_call *c = ctx;
+    const mla_merge_attn_args *a = c->a;
+    const int64_t elem = mla_dtype_size(a->dtype);
+    int64_t lo, hi;
+    mla_part_range(c->rows, c->parts, part, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t t = r / a->num_heads, h = r % a->num_heads;
+        if (r + MLA_MERGE_PREFETCH_ROWS < c->rows)
+            prefetch_inputs(a, r + MLA_MERGE_PREFETCH_ROWS, elem);
+        if (t < c->with_context)
+            merge_row(c->k, a, t, h, elem);
+        else
+            copy_suffix_row(c->k, a, t, h, elem);
+    }
+    c->k->store_fence(); /* out is whole once the call returns */
+}
+
 void mla_merge_run(const mla_kernels *k, const mla_merge_attn_args *a, int64_t with_context,
                    int threads)
 {
-    const int64_t heads = a->num_heads, rows = a->num_tokens * heads;
-    const int64_t elem = mla_dtype_size(a->dtype);
     /* rows are token-major, the order of [T, H, Dh] in memory */
-    int team = mla_team_size(rows * a->head_dim, MLA_FORK_MIN_ELEMENTS, threads);
-#pragma omp parallel num_threads(team)
-    {
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t t = r / heads, h = r % heads;
-            if (r + MLA_MERGE_PREFETCH_ROWS < rows)
-                prefetch_inputs(a, r + MLA_MERGE_PREFETCH_ROWS, elem);
-            if (t < with_context)
-                merge_row(k, a, t, h, elem);
-            else
-                copy_suffix_row(k, a, t, h, elem);
-        }
-        k->store_fence(); /* out is whole once the call returns */
-    }
+    merge_call c = {.k = k, .a = a, .with_context = with_context,
+                    .rows = a->num_tokens * a->num_heads};
+    c.parts = mla_team_size(c.rows * a->head_dim, MLA_FORK_MIN_ELEMENTS, threads);
+    mla_parallel_for(c.parts, c.parts, merge_rows, &c);
 }

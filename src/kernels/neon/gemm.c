@@ -68,7 +68,7 @@ static ALWAYS_INLINE void tile(const operands *o, bool bf16, int rows, int nv, i
             bv[v] = load_b(o->b, bf16, p * o->ldb + j + 4 * v);
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) {
-            const float ar = a[r * o->rs_a + p * o->cs_a];
+            const float ar = mla_load_f32(a + r * o->rs_a + p * o->cs_a);
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++)
                 acc[r][v] = vfmaq_n_f32(acc[r][v], bv[v], ar);

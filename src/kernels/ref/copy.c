@@ -16,8 +16,8 @@ void mla_store_fence__ref(void)
 void mla_interleave_u16__ref(uint16_t *dst, const uint16_t *even, const uint16_t *odd, int64_t n)
 {
     for (int64_t e = 0; e < n; e++) {
-        dst[2 * e] = even[e];
-        dst[2 * e + 1] = odd ? odd[e] : 0;
+        mla_store_u16(dst + 2 * e, mla_load_u16(even + e));
+        mla_store_u16(dst + 2 * e + 1, odd ? mla_load_u16(odd + e) : 0);
     }
 }
 

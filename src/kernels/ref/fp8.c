@@ -51,13 +51,13 @@ static float fp8_to_f32(const mla_fp8_format *f, uint8_t code)
 static void narrow(const mla_fp8_format *f, const float *src, uint8_t *dst, int64_t n, float scale)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = f32_to_fp8(f, src[i] / scale);
+        dst[i] = f32_to_fp8(f, mla_load_f32(src + i) / scale);
 }
 
 static void widen(const mla_fp8_format *f, const uint8_t *src, float *dst, int64_t n, float scale)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = fp8_to_f32(f, src[i]) * scale;
+        mla_store_f32(dst + i, fp8_to_f32(f, src[i]) * scale);
 }
 
 void mla_cvt_f32_e4m3__ref(const float *src, uint8_t *dst, int64_t n, float scale)

@@ -10,10 +10,10 @@ void mla_gemm_f32__ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
 {
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
-            float acc = c_scale ? c_scale[i] * c[i * ldc + j] : 0.0f;
+            float acc = c_scale ? c_scale[i] * mla_load_f32(c + i * ldc + j) : 0.0f;
             for (int64_t p = 0; p < k; p++)
-                acc = fmaf(a[i * rs_a + p * cs_a], b[p * ldb + j], acc);
-            c[i * ldc + j] = acc;
+                acc = fmaf(mla_load_f32(a + i * rs_a + p * cs_a), mla_load_f32(b + p * ldb + j), acc);
+            mla_store_f32(c + i * ldc + j, acc);
         }
     }
 }
@@ -25,10 +25,11 @@ void mla_gemm_f16f16__ref(int64_t m, int64_t n, int64_t k, const uint16_t *a, in
 {
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
-            float acc = c_scale ? c_scale[i] * c[i * ldc + j] : 0.0f;
+            float acc = c_scale ? c_scale[i] * mla_load_f32(c + i * ldc + j) : 0.0f;
             for (int64_t p = 0; p < k; p++)
-                acc = fmaf(mla_f16_to_f32(a[i * rs_a + p * cs_a]), mla_f16_to_f32(b[p * ldb + j]), acc);
-            c[i * ldc + j] = acc;
+                acc = fmaf(mla_f16_to_f32(mla_load_u16(a + i * rs_a + p * cs_a)),
+                           mla_f16_to_f32(mla_load_u16(b + p * ldb + j)), acc);
+            mla_store_f32(c + i * ldc + j, acc);
         }
     }
 }
@@ -38,10 +39,11 @@ void mla_gemm_bf16__ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t
 {
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
-            float acc = c_scale ? c_scale[i] * c[i * ldc + j] : 0.0f;
+            float acc = c_scale ? c_scale[i] * mla_load_f32(c + i * ldc + j) : 0.0f;
             for (int64_t p = 0; p < k; p++)
-                acc = fmaf(a[i * rs_a + p * cs_a], mla_f32_from_bits((uint32_t)b[p * ldb + j] << 16), acc);
-            c[i * ldc + j] = acc;
+                acc = fmaf(mla_load_f32(a + i * rs_a + p * cs_a),
+                           mla_f32_from_bits((uint32_t)mla_load_u16(b + p * ldb + j) << 16), acc);
+            mla_store_f32(c + i * ldc + j, acc);
         }
     }
 }

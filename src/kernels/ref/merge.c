@@ -7,18 +7,18 @@
 static float load_as_f32(const void *row, mla_dtype dtype, int64_t i)
 {
     switch (dtype) {
-    case MLA_DTYPE_BF16: return mla_f32_from_bits((uint32_t)((const uint16_t *)row)[i] << 16);
-    case MLA_DTYPE_F16: return mla_f16_to_f32(((const uint16_t *)row)[i]);
-    default: return ((const float *)row)[i];
+    case MLA_DTYPE_BF16: return mla_f32_from_bits((uint32_t)mla_load_u16((const uint16_t *)row + i) << 16);
+    case MLA_DTYPE_F16: return mla_f16_to_f32(mla_load_u16((const uint16_t *)row + i));
+    default: return mla_load_f32((const float *)row + i);
     }
 }
 
 static void store_from_f32(void *row, mla_dtype dtype, int64_t i, float y)
 {
     switch (dtype) {
-    case MLA_DTYPE_BF16: ((uint16_t *)row)[i] = mla_f32_to_bf16(y); break;
-    case MLA_DTYPE_F16: ((uint16_t *)row)[i] = mla_f32_to_f16(y); break;
-    default: ((float *)row)[i] = y; break;
+    case MLA_DTYPE_BF16: mla_store_u16((uint16_t *)row + i, mla_f32_to_bf16(y)); break;
+    case MLA_DTYPE_F16: mla_store_u16((uint16_t *)row + i, mla_f32_to_f16(y)); break;
+    default: mla_store_f32((float *)row + i, y); break;
     }
 }
 

@@ -1,0 +1,60 @@
+/*
+ * MLA_VERBOSE: one line on stderr per top-level call of mla.h, after it
+ * returns (docs/semantics.md §6, the environment). Each entry point that does
+ * work begins with
+ *
+ *     if (mla_tracing())
+ *         return mla_trace_<op>(<its own arguments>);
+ *
+ * and the floor that owns the op (src/dispatch/trace.c for the ops,
+ * src/metadata/trace.c for the builders) has mla_trace_<op>: it marks the
+ * thread as inside a traced call (mla_trace_begin), calls the entry point
+ * again, which now runs untraced, and writes the line (mla_trace_end). A
+ * call an op makes to another entry point (prefill's up-projection, decode's
+ * schedule) is part of its caller's line, not a line of its own.
+ *
+ * Off, the cost is the one load and branch of mla_tracing: no clock is read
+ * and nothing is formatted.
+ */
+#ifndef MLA_CORE_TRACE_H
+#define MLA_CORE_TRACE_H
+
+#include "mla.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+/* MLA_VERBOSE as read: unread until the first call or init reads it (and
+ * again after mla_trace_reset). */
+enum { MLA_TRACE_OFF = 0, MLA_TRACE_ON, MLA_TRACE_UNREAD };
+extern atomic_int mla_trace_state;
+
+/* mla_tracing's slow path: reads MLA_VERBOSE if unread; true when it is on
+ * and the thread is not inside a traced call already. */
+bool mla_trace_wanted(void);
+
+/* Whether the calling entry point is to trace this call. */
+static inline bool mla_tracing(void)
+{
+    return atomic_load_explicit(&mla_trace_state, memory_order_relaxed) != MLA_TRACE_OFF &&
+           mla_trace_wanted();
+}
+
+/* Reads MLA_VERBOSE (init does, once); reset makes the next call read it
+ * again (tests). */
+void mla_trace_read_env(void);
+void mla_trace_reset(void);
+
+/* Marks the thread as inside a traced call and returns its start time. */
+double mla_trace_begin(void);
+
+/* Ends the traced call begun at `start` and writes its line:
+ *   mla_verbose,exec,<fn>,backend=<b>,route=<r>,<shape>,threads=<n>,status=<s>,time_us=<t>
+ * backend and route NULL print "none"; status is "ok" or the status name
+ * without its MLA_ERR_ prefix, lower case; shape is the printf-style
+ * fields that name the call's dtypes and sizes ("q=bf16,B=4"). */
+void mla_trace_end(double start, const char *fn, const char *backend, const char *route,
+                   int threads, mla_status status, const char *shape, ...)
+    __attribute__((format(printf, 7, 8)));
+
+#endif
