@@ -23,7 +23,8 @@
 #
 # Files: meta.json (the first run's metadata line: libmla, commit, CPU,
 # compiler, OMP_* environment), peak.csv (threads, backend, FMA GFLOP/s),
-# copy.csv (threads, memcpy GB/s), decode_threads.csv, decode_ctx.csv,
+# amx_peak.csv (threads, AMX-BF16 GFLOP/s; no rows where the CPU or Linux has
+# no AMX), copy.csv (threads, memcpy GB/s), decode_threads.csv, decode_ctx.csv,
 # prefill_threads.csv, prefill_ctx.csv, and one PNG per sweep.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -97,6 +98,7 @@ sweeps() {
 
     for t in $PLOT_THREADS; do bench peak --threads "$t"; done > "$PLOT_DIR/peak.jsonl"
     csv peak_fma threads backend gflops < "$PLOT_DIR/peak.jsonl" > "$PLOT_DIR/peak.csv"
+    csv peak_amx_bf16 threads gflops < "$PLOT_DIR/peak.jsonl" | awk -F, '$2 != ""' > "$PLOT_DIR/amx_peak.csv"
     csv copy threads gbps < "$PLOT_DIR/peak.jsonl" > "$PLOT_DIR/copy.csv"
 
     # sweep COMMAND CTX MAX_CTX ARGS KEYS: COMMAND over PLOT_THREADS at CTX, then
@@ -121,7 +123,8 @@ sweeps() {
 render() {
     # What the titles say about the run: CPU, commit, compiler (from meta.json);
     # the reference lines of the context sweeps: the backend's FMA peak and
-    # memcpy at the sweeps' thread count.
+    # memcpy at the sweeps' thread count, and the AMX-BF16 peak where a sweep
+    # took the amx-bf16 route (its tiles, not FMA, bound it).
     # the sweeps' own thread counts, which may be another machine's
     most_threads=$(awk -F, 'NR > 1 { print $1 }' "$PLOT_DIR/peak.csv" | sort -n | tail -n 1)
     meta() { csv meta "$1" < "$PLOT_DIR/meta.json" | tail -n 1; }
@@ -131,10 +134,17 @@ render() {
     decode_backend=$(backend_of "$PLOT_DIR/decode_ctx.csv")
     prefill_backend=$(backend_of "$PLOT_DIR/prefill_ctx.csv")
     copy_gbps=$(awk -F, -v t="$most_threads" '$1 == t { print $2 }' "$PLOT_DIR/copy.csv")
+    # on_amx FILE: 1 if a row of FILE took the amx-bf16 route and AMX was probed
+    on_amx() {
+        [ -s "$PLOT_DIR/amx_peak.csv" ] && [ "$(wc -l < "$PLOT_DIR/amx_peak.csv")" -gt 1 ] &&
+            grep -q ',amx-bf16,' "$1" && echo 1 || echo 0
+    }
+    amx_at=$( { [ -f "$PLOT_DIR/amx_peak.csv" ] && awk -F, -v t="$most_threads" '$1 == t { print $2 }' "$PLOT_DIR/amx_peak.csv"; } || true)
     gnuplot -e "dir='$PLOT_DIR'; subtitle='${subtitle//\'/}'; most_threads=$most_threads;
                 decode_backend='$decode_backend'; prefill_backend='$prefill_backend';
                 decode_peak=$(peak_at "$decode_backend"); prefill_peak=$(peak_at "$prefill_backend");
-                copy_gbps=$copy_gbps" bench/plots.gp
+                copy_gbps=$copy_gbps; amx_peak=${amx_at:-0};
+                decode_amx=$(on_amx "$PLOT_DIR/decode_ctx.csv"); prefill_amx=$(on_amx "$PLOT_DIR/prefill_ctx.csv")" bench/plots.gp
     ls "$PLOT_DIR"
 }
 

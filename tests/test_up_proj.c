@@ -870,7 +870,7 @@ static void dot_packing_elsewhere(bad_env *e)
 }
 
 /* What packing reads (mla.h: shapes, dtypes, kv_b_proj), with kv_c, k_nope
- * and v NULL as a loader has them, on every backend: the packed weight
+ * and v NULL as a loader has them and their strides anything, on every backend: the packed weight
  * then serves a call, which gives the bits of the weight itself; and a call
  * with no tokens and NULL buffers writes nothing. No NULL buffer is offset
  * on the way (undefined; clang's -fsanitize=undefined sees it). */
@@ -891,6 +891,15 @@ static void pack_alone_on(const mla_backend_desc *b, void *ctx)
     void *packed = alloc_bytes((size_t)bytes);
     assert_int_equal(mla_pack_kv_b_proj(&a, packed, bytes, 2), MLA_OK);
     support_expect_ran(b);
+    /* the outputs' strides are not packing's to read: any values, the same
+     * bytes (and under UBSan no address arithmetic on them) */
+    mla_up_proj_args far = a;
+    far.k_nope_token_stride = far.k_nope_head_stride = INT64_MAX;
+    far.v_token_stride = far.v_head_stride = INT64_MAX;
+    void *packed_far = alloc_bytes((size_t)bytes);
+    assert_int_equal(mla_pack_kv_b_proj(&far, packed_far, bytes, 2), MLA_OK);
+    assert_memory_equal(packed, packed_far, (size_t)bytes);
+    free(packed_far);
     /* no tokens, every buffer NULL but the weight */
     assert_int_equal(mla_up_proj_workspace_size(&a, 2, &need), MLA_OK);
     void *ws = alloc_bytes((size_t)need + 1);

@@ -335,10 +335,10 @@ static void run_merge(fz *f)
         memcpy(slse->p + 4 * i, &y, 4);
     }
     fz_buf *ob_buf = in_place == 1 ? prefix : in_place == 2 ? suffix : out;
-    float *out_lse = lse_place == 0 ? NULL : lse_place == 1 ? (float *)olse->p
-                     : lse_place == 2 ? (float *)plse->p : (float *)slse->p;
-    if (lse_shift && lse_place >= 2 && real && T * H >= 1)
-        out_lse += 1; /* overlaps the other LSE without being it */
+    fz_buf *lse_buf = lse_place == 0 ? NULL : lse_place == 1 ? olse : lse_place == 2 ? plse : slse;
+    /* shifted, out_lse overlaps the other LSE without being it */
+    const size_t lse_offset = lse_shift && lse_place >= 2 && real && T * H >= 1 ? 4 : 0;
+    float *out_lse = lse_buf ? (float *)(lse_buf->p + lse_offset) : NULL;
     mla_merge_attn_args a = {
         .num_tokens = T, .num_heads = H, .head_dim = D, .dtype = dt,
         .prefix = no_prefix ? NULL : prefix->p, .suffix = no_suffix ? NULL : suffix->p,
@@ -351,7 +351,8 @@ static void run_merge(fz *f)
          * there is more than one token or head */
         const bool rows_match = (T == 1 || o_ts == ts) && (H == 1 || o_hs == hs);
         e = fz_unless(in_place && !rows_match && o_el > 0 && v_el > 0, e);
-        e = fz_unless(lse_shift && lse_place >= 2, e);
+        /* shifted by one element, out_lse overlaps the other only past one row */
+        e = fz_unless(lse_shift && lse_place >= 2 && T * H > 1, e);
     }
     /* the reference, from the inputs as they are before the call */
     double *want = fz_scratch(sizeof(double) * (size_t)(T > 0 && real ? T * H * D : 1));
@@ -388,7 +389,7 @@ static void run_merge(fz *f)
     if (e != FZ_REJECT) {
         fz_allow_view(ob_buf, T, H, D, o_ts, o_hs, el);
         if (out_lse)
-            fz_allow(lse_place == 1 ? olse : lse_place == 2 ? plse : slse, 0, lb);
+            fz_allow(lse_buf, lse_offset, lb);
     }
     const mla_config cfg = {.q_dtype = is_float(dt) ? dt : MLA_DTYPE_F32,
                             .cache_dtype = is_float(dt) ? dt : MLA_DTYPE_F32, .kv_lora_rank = 1,

@@ -196,9 +196,17 @@ static void pack_segment(const packed *pk, const mla_gemm_segment *s)
 {
     const mla_packed_gemm *g = pk->g;
     const int64_t size = mla_dtype_size(g->w_dtype);
-    for (int64_t j0 = 0; j0 < s->width; j0 += pk->nr)
-        pack_rows(pk->kern, (const char *)s->w + j0 * g->ldw * size, g->w_dtype, g->ldw,
-                  strip_width(pk, s, j0), g->k, pk->dot, at(pk, pk->b, (s->col + j0) * pk->k2));
+    for (int64_t j0 = 0; j0 < s->width; j0 += pk->nr) {
+        const int64_t w = strip_width(pk, s, j0);
+        float *strip = at(pk, pk->b, (s->col + j0) * pk->k2);
+        pack_rows(pk->kern, (const char *)s->w + j0 * g->ldw * size, g->w_dtype, g->ldw, w, g->k,
+                  pk->dot, strip);
+        /* An f32 strip never reads the pad row of an odd k (the dot route's
+         * pair); zeroed, a packing's bytes depend on its weight alone, so a
+         * server may checksum or cache them. */
+        if (!pk->dot && pk->k2 > g->k)
+            memset(strip + g->k * w, 0, (size_t)w * sizeof(float));
+    }
 }
 
 /* ---- tiles ------------------------------------------------------------------- */
@@ -427,6 +435,12 @@ void mla_up_proj_run(const mla_kernels *kern, const mla_up_proj_args *a, const v
 void mla_up_proj_pack_run(const mla_kernels *kern, const mla_up_proj_args *a, bool dot, void *dst,
                           int threads)
 {
-    const mla_packed_gemm g = up_proj_gemm(a);
+    /* Packing reads W alone: the outputs, whose strides packing ahead does
+     * not check, stay out of the segments' address arithmetic. */
+    mla_up_proj_args w_only = *a;
+    w_only.k_nope = w_only.v = NULL;
+    w_only.k_nope_token_stride = w_only.k_nope_head_stride = 0;
+    w_only.v_token_stride = w_only.v_head_stride = 0;
+    const mla_packed_gemm g = up_proj_gemm(&w_only);
     mla_gemm_pack_w(kern, &g, dot, dst, threads);
 }
