@@ -196,7 +196,24 @@ check-symbols: $(BUILD)/libmla.a $(BUILD)/libmla.so
 check-layers:
 	@tools/check_layers.sh
 
-test: suites check-symbols check-layers
+test: suites check-symbols check-layers test-python
+
+# python/'s tests (python/README.md), on the first of TEST_PYTHONS that
+# imports torch (Debian's python3-torch is /usr/bin/python3's, which a pyenv or
+# venv python3 earlier on PATH does not see); skipped, saying so, when none
+# does or the library is cross-built.
+TEST_PYTHONS ?= python3 /usr/bin/python3
+.PHONY: test-python
+test-python: $(BUILD)/libmla.so
+	@$(if $(CROSS_SUFFIX),echo "python: skipped (libmla cross-built for $(ARCH))"; exit 0;) \
+	 for py in $(TEST_PYTHONS); do \
+	   if $$py -c 'import torch' 2>/dev/null; then \
+	     echo "python: $$py -m unittest discover -s python/tests"; \
+	     MLA_LIBRARY=$(abspath $(BUILD))/libmla.so PYTHONPATH=python \
+	       exec $$py -m unittest discover -s python/tests; \
+	   fi; \
+	 done; \
+	 echo "python: skipped (python3-torch not installed)"
 
 suites: $(TEST_BINS)
 	@failed=0; for t in $(TEST_BINS); do \
