@@ -248,7 +248,8 @@ class CacheOpsTest(TestCase):
 
 
 class DecodeTest(TestCase):
-    def check_decode(self, case, q_dtype, s_q, heads=4, tolerance=None, **options):
+    def check_decode(self, case, q_dtype, s_q, heads=4, tolerance=None, lse_tolerance=1e-5,
+                     **options):
         B, L, R = case.seq_lens.numel(), case.L, case.R
         q = case.randn(B * s_q, heads, L + R + 2, dtype=q_dtype)[..., 1:L + R + 1]
         lse = torch.empty(B, heads, s_q)
@@ -261,7 +262,7 @@ class DecodeTest(TestCase):
         self.assert_close(out, want, tolerance or TOLERANCE[q_dtype], what)
         empty = torch.isinf(want_lse)
         self.assertTrue(torch.equal(torch.isinf(lse), empty), f"{what}: empty rows' LSE")
-        self.assert_close(lse[~empty], want_lse[~empty], 1e-5, f"{what}: LSE")
+        self.assert_close(lse[~empty], want_lse[~empty], lse_tolerance, f"{what}: LSE")
 
     def test_decode_each_q_and_cache_dtype(self):
         """Lengths 0 (empty rows) to several blocks; s_q 1 and 3 (causal)."""
@@ -278,10 +279,11 @@ class DecodeTest(TestCase):
                 self.check_decode(case, q_dtype, 2)
 
     def test_decode_bf16_compute(self):
-        """f32 q with bf16 GEMMs where the backend has them (AMX): bf16's tolerance."""
+        """f32 q with bf16 GEMMs where the backend has them (AMX): q rounded to
+        bf16 moves the scores, so out and LSE get bf16's tolerance."""
         case = Case([70, 8])
         self.check_decode(case, torch.float32, 2, tolerance=TOLERANCE[torch.bfloat16],
-                          bf16_compute=True)
+                          lse_tolerance=TOLERANCE[torch.bfloat16], bf16_compute=True)
 
     def test_decode_deepseek_shape(self):
         """L 512, R 64, block size 64, as DeepSeek V3 on vLLM."""
