@@ -2,10 +2,12 @@
 # and nothing else does, so dispatch and metadata code run on any CPU of the
 # architecture; the dispatcher picks kernels at run time.
 #
-#   make                 build/libmla.a, build/libmla.so, mla.pc, the CMake package, tools
+#   make                 build/libmla.a, build/libmla.so, mla.pc, the CMake package, tools,
+#                        the example programs (build/examples/)
 #   make run             the main job (build/mla_run)
 #   make test            every cmocka suite (+ the exported-symbol and layer checks,
-#                        and mla_bench's smoke run: tools/bench_smoke.sh)
+#                        mla_bench's smoke run: tools/bench_smoke.sh, the example
+#                        programs, README.md's commands and quotes: check-readme)
 #   make test-neon       the suites cross-compiled for AArch64, under qemu
 #   make test-asan / test-ubsan / test-tsan   the suites under a sanitizer
 #   make fuzz            every libFuzzer target for FUZZ_SECONDS (clang)
@@ -327,6 +329,26 @@ $(BUILD)/obj/bench/bench_meta.o: BASE_CFLAGS += -DMLA_BENCH_COMMIT='"$(BENCH_COM
 bench-smoke: $(BUILD)/bench/mla_bench
 	@BENCH_RUNNER="$(TEST_RUNNER)" tools/bench_smoke.sh $(BUILD)/bench/mla_bench
 test: bench-smoke
+
+# examples/*.c: programs a server author copies (README.md, "A server step,
+# by example"), built as a server builds them, from the public headers and
+# the archive alone; `make test` runs each, and fails if one returns nonzero.
+EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+all: $(EXAMPLE_BINS)
+$(BUILD)/examples/%: examples/%.c $(wildcard include/*.h) $(BUILD)/libmla.a $(BUILD)/compiler
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) $(CFLAGS) -Iinclude $< -o $@ $(BUILD)/libmla.a $(LDLIBS)
+.PHONY: examples check-readme
+examples: $(EXAMPLE_BINS)
+	@for e in $(EXAMPLE_BINS); do echo "== $$e"; $(TEST_RUNNER) $$e || exit 1; done
+test: examples
+
+# Every command of README.md's shell blocks is a line of .ci/run or is
+# listed, with the reason CI cannot run it, in tools/readme_commands.allow;
+# every C block of it is a verbatim part of examples/server_step.c.
+check-readme:
+	@tools/readme_commands.sh
+test: check-readme
 
 # mla_bench for perf record -g: frame pointers everywhere (library and
 # benchmark), optimised as usual, in a build folder of its own. README.md's
