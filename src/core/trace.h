@@ -1,17 +1,22 @@
 /*
  * MLA_VERBOSE: one line on stderr per top-level call of mla.h, after it
  * returns (docs/semantics.md §6, the environment). Each entry point that does
- * work begins with
+ * work keeps its body in a static function of its own file and reads
  *
- *     if (mla_tracing())
- *         return mla_trace_<op>(<its own arguments>);
+ *     if (!mla_tracing())
+ *         return <body>(<its arguments>);
+ *     double start = mla_trace_begin();
+ *     mla_status st = <body>(<its arguments>);
+ *     mla_trace_<op>(start, st, <the arguments its line names>);
+ *     return st;
  *
- * and the floor that owns the op (src/dispatch/trace.c for the ops,
- * src/metadata/trace.c for the builders) has mla_trace_<op>: it marks the
- * thread as inside a traced call (mla_trace_begin), calls the entry point
- * again, which now runs untraced, and writes the line (mla_trace_end). A
- * call an op makes to another entry point (prefill's up-projection, decode's
- * schedule) is part of its caller's line, not a line of its own.
+ * mla_trace_begin marks the thread as inside a traced call, so that a call
+ * the body makes to another entry point (prefill's up-projection, decode's
+ * schedule) sees mla_tracing() false: it is part of its caller's line, not
+ * a line of its own. mla_trace_<op>, in the floor that owns the op
+ * (src/dispatch/trace.c for the ops, src/metadata/trace.c for the builders),
+ * only formats the line and hands it to mla_trace_end, which unmarks the
+ * thread and writes it; it never calls an entry point.
  *
  * Off, the cost is the one load and branch of mla_tracing: no clock is read
  * and nothing is formatted.
@@ -45,8 +50,10 @@ static inline bool mla_tracing(void)
 void mla_trace_read_env(void);
 void mla_trace_reset(void);
 
-/* Marks the thread as inside a traced call and returns its start time. */
-double mla_trace_begin(void);
+/* Marks the thread as inside a traced call and returns its start time.
+ * Cold: the compiler lays the traced path out of the untraced one's way
+ * (gcc then saves no register before the branch). */
+double mla_trace_begin(void) __attribute__((cold));
 
 /* Ends the traced call begun at `start` and writes its line:
  *   mla_verbose,exec,<fn>,backend=<b>,route=<r>,<shape>,threads=<n>,status=<s>,time_us=<t>

@@ -15,15 +15,11 @@ static mla_status pick_kernels(const mla_kernels **k, const char **backend)
     return mla_dispatch(MLA_OP_CONVERT, NULL, k, backend);
 }
 
-mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int64_t kv_c_stride,
-                                const void *k_pe, int64_t k_pe_stride, mla_dtype src_dtype,
-                                int64_t kv_lora_rank, int64_t rope_dim,
-                                const int64_t *slot_mapping, int64_t num_tokens, int threads)
+static mla_status concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int64_t kv_c_stride,
+                                   const void *k_pe, int64_t k_pe_stride, mla_dtype src_dtype,
+                                   int64_t kv_lora_rank, int64_t rope_dim,
+                                   const int64_t *slot_mapping, int64_t num_tokens, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_concat_and_cache(cache, kv_c, kv_c_stride, k_pe, k_pe_stride, src_dtype,
-                                          kv_lora_rank, rope_dim, slot_mapping, num_tokens,
-                                          threads);
     static const char fn[] = "mla_concat_and_cache";
     mla_kv_cache c;
     mla_status st = mla_check_cache(fn, cache, &c);
@@ -60,6 +56,22 @@ mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int
                     slot_mapping, num_tokens, mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_concat_and_cache(const mla_kv_cache *cache, const void *kv_c, int64_t kv_c_stride,
+                                const void *k_pe, int64_t k_pe_stride, mla_dtype src_dtype,
+                                int64_t kv_lora_rank, int64_t rope_dim,
+                                const int64_t *slot_mapping, int64_t num_tokens, int threads)
+{
+    if (!mla_tracing())
+        return concat_and_cache(cache, kv_c, kv_c_stride, k_pe, k_pe_stride, src_dtype,
+                                kv_lora_rank, rope_dim, slot_mapping, num_tokens, threads);
+    double start = mla_trace_begin();
+    mla_status st = concat_and_cache(cache, kv_c, kv_c_stride, k_pe, k_pe_stride, src_dtype,
+                                     kv_lora_rank, rope_dim, slot_mapping, num_tokens, threads);
+    mla_trace_concat_and_cache(start, st, cache, src_dtype, kv_lora_rank, rope_dim, num_tokens,
+                               threads);
+    return st;
 }
 
 /* What both gathers need of a spec: non-NULL arrays, sizes >= 0. */
@@ -133,13 +145,10 @@ static mla_status check_gather_rows(const char *fn, const mla_kv_cache *c,
     return MLA_OK;
 }
 
-mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec,
-                            const int32_t *token_to_seq, int64_t num_tokens, void *dst,
-                            mla_dtype dst_dtype, int64_t dst_stride, int threads)
+static mla_status gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec,
+                               const int32_t *token_to_seq, int64_t num_tokens, void *dst,
+                               mla_dtype dst_dtype, int64_t dst_stride, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_gather_cache(cache, spec, token_to_seq, num_tokens, dst, dst_dtype,
-                                      dst_stride, threads);
     static const char fn[] = "mla_gather_cache";
     mla_kv_cache c;
     mla_status st = mla_check_cache(fn, cache, &c);
@@ -163,6 +172,20 @@ mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *sp
                      mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec,
+                            const int32_t *token_to_seq, int64_t num_tokens, void *dst,
+                            mla_dtype dst_dtype, int64_t dst_stride, int threads)
+{
+    if (!mla_tracing())
+        return gather_cache(cache, spec, token_to_seq, num_tokens, dst, dst_dtype, dst_stride,
+                            threads);
+    double start = mla_trace_begin();
+    mla_status st = gather_cache(cache, spec, token_to_seq, num_tokens, dst, dst_dtype, dst_stride,
+                                 threads);
+    mla_trace_gather_cache(start, st, cache, spec, num_tokens, dst_dtype, threads);
+    return st;
 }
 
 /* cu_seq_lens non-decreasing from >= 0; each request's positions covered by
@@ -192,11 +215,9 @@ static mla_status check_cp_requests(const char *fn, const mla_kv_cache *c, const
     return MLA_OK;
 }
 
-mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec, void *dst,
-                               int64_t dst_stride, int threads)
+static mla_status cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec, void *dst,
+                                  int64_t dst_stride, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_cp_gather_cache(cache, spec, dst, dst_stride, threads);
     static const char fn[] = "mla_cp_gather_cache";
     mla_kv_cache c;
     mla_status st = mla_check_cache(fn, cache, &c);
@@ -213,4 +234,15 @@ mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec 
     mla_cache_cp_gather(k, &c, spec, dst, dst_stride, mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_cp_gather_cache(const mla_kv_cache *cache, const mla_gather_spec *spec, void *dst,
+                               int64_t dst_stride, int threads)
+{
+    if (!mla_tracing())
+        return cp_gather_cache(cache, spec, dst, dst_stride, threads);
+    double start = mla_trace_begin();
+    mla_status st = cp_gather_cache(cache, spec, dst, dst_stride, threads);
+    mla_trace_cp_gather_cache(start, st, cache, spec, threads);
+    return st;
 }

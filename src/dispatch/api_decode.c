@@ -196,11 +196,9 @@ mla_status mla_decode_workspace_size(const mla_decode_args *args, int threads, i
     return MLA_OK;
 }
 
-mla_status mla_decode(const mla_decode_args *args, void *workspace, int64_t workspace_bytes,
-                      int threads)
+static mla_status decode(const mla_decode_args *args, void *workspace, int64_t workspace_bytes,
+                         int threads)
 {
-    if (mla_tracing())
-        return mla_trace_decode(args, workspace, workspace_bytes, threads);
     static const char fn[] = "mla_decode";
     mla_kv_cache c;
     mla_status st = check_args(fn, args, &c);
@@ -223,15 +221,23 @@ mla_status mla_decode(const mla_decode_args *args, void *workspace, int64_t work
     return MLA_OK;
 }
 
+mla_status mla_decode(const mla_decode_args *args, void *workspace, int64_t workspace_bytes,
+                      int threads)
+{
+    if (!mla_tracing())
+        return decode(args, workspace, workspace_bytes, threads);
+    double start = mla_trace_begin();
+    mla_status st = decode(args, workspace, workspace_bytes, threads);
+    mla_trace_decode(start, st, args, threads);
+    return st;
+}
+
 /* ---- weight preparation and the absorbed forward ---------------------------- */
 
-mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtype, int64_t num_heads,
-                               int64_t kv_lora_rank, int64_t qk_nope_dim, int64_t v_head_dim,
-                               void *w_uk_t, void *w_uv, mla_dtype w_dtype, int threads)
+static mla_status prepare_weights(const void *kv_b_proj, mla_dtype src_dtype, int64_t num_heads,
+                                  int64_t kv_lora_rank, int64_t qk_nope_dim, int64_t v_head_dim,
+                                  void *w_uk_t, void *w_uv, mla_dtype w_dtype, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_prepare_weights(kv_b_proj, src_dtype, num_heads, kv_lora_rank,
-                                         qk_nope_dim, v_head_dim, w_uk_t, w_uv, w_dtype, threads);
     static const char fn[] = "mla_prepare_weights";
     if (num_heads < 1 || kv_lora_rank < 1 || qk_nope_dim < 1 || v_head_dim < 1)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_heads %lld, kv_lora_rank %lld, "
@@ -260,6 +266,21 @@ mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtype, int64
                                v_head_dim, w_uk_t, w_uv, w_dtype, mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtype, int64_t num_heads,
+                               int64_t kv_lora_rank, int64_t qk_nope_dim, int64_t v_head_dim,
+                               void *w_uk_t, void *w_uv, mla_dtype w_dtype, int threads)
+{
+    if (!mla_tracing())
+        return prepare_weights(kv_b_proj, src_dtype, num_heads, kv_lora_rank, qk_nope_dim,
+                               v_head_dim, w_uk_t, w_uv, w_dtype, threads);
+    double start = mla_trace_begin();
+    mla_status st = prepare_weights(kv_b_proj, src_dtype, num_heads, kv_lora_rank, qk_nope_dim,
+                                    v_head_dim, w_uk_t, w_uv, w_dtype, threads);
+    mla_trace_prepare_weights(start, st, src_dtype, num_heads, kv_lora_rank, qk_nope_dim,
+                              v_head_dim, w_dtype, threads);
+    return st;
 }
 
 mla_decode_args mla_decode_forward_shape(const mla_decode_forward_args *f)
@@ -453,11 +474,9 @@ mla_status mla_decode_workspace_bound(const mla_decode_limits *lim, int64_t *byt
     return st;
 }
 
-mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspace,
-                              int64_t workspace_bytes, int threads)
+static mla_status decode_forward(const mla_decode_forward_args *args, void *workspace,
+                                 int64_t workspace_bytes, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_decode_forward(args, workspace, workspace_bytes, threads);
     static const char fn[] = "mla_decode_forward";
     int t = mla_resolve_threads(threads);
     forward_layout w;
@@ -487,4 +506,17 @@ mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspa
                       attn.q_dtype, scratch, t);
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspace,
+                              int64_t workspace_bytes, int threads)
+{
+    if (!mla_tracing())
+        return decode_forward(args, workspace, workspace_bytes, threads);
+    double start = mla_trace_begin();
+    mla_status st = decode_forward(args, workspace, workspace_bytes, threads);
+    /* the line names the forward's attention as a decode's */
+    const mla_decode_args attn = args ? mla_decode_forward_shape(args) : (mla_decode_args){0};
+    mla_trace_decode_forward(start, st, args, args ? &attn : NULL, threads);
+    return st;
 }

@@ -61,23 +61,29 @@ static mla_status convert(const char *fn, mla_dtype dst_dtype, void *dst, mla_dt
 mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
                               int64_t n, float scale, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_convert_scaled(dst_dtype, dst, src_dtype, src, n, scale, threads);
-    return convert("mla_convert_scaled", dst_dtype, dst, src_dtype, src, n, scale, threads);
+    static const char fn[] = "mla_convert_scaled";
+    if (!mla_tracing())
+        return convert(fn, dst_dtype, dst, src_dtype, src, n, scale, threads);
+    double start = mla_trace_begin();
+    mla_status st = convert(fn, dst_dtype, dst, src_dtype, src, n, scale, threads);
+    mla_trace_convert_scaled(start, st, dst_dtype, src_dtype, n, scale, threads);
+    return st;
 }
 
 mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
                        int64_t n, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_convert(dst_dtype, dst, src_dtype, src, n, threads);
-    return convert("mla_convert", dst_dtype, dst, src_dtype, src, n, 1.0f, threads);
+    static const char fn[] = "mla_convert";
+    if (!mla_tracing())
+        return convert(fn, dst_dtype, dst, src_dtype, src, n, 1.0f, threads);
+    double start = mla_trace_begin();
+    mla_status st = convert(fn, dst_dtype, dst, src_dtype, src, n, 1.0f, threads);
+    mla_trace_convert(start, st, dst_dtype, src_dtype, n, threads);
+    return st;
 }
 
-mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads)
+static mla_status exp_f32(float *dst, const float *src, int64_t n, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_exp_f32(dst, src, n, threads);
     if (n < 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_exp_f32: n = %lld < 0", (long long)n);
     if (n > 0 && (!dst || !src))
@@ -89,4 +95,14 @@ mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads)
     if (n > 0 && dst != src && overlaps(dst, bytes, src, bytes))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "mla_exp_f32: src and dst partially overlap");
     return run(MLA_EW_EXP_F32, dst, src, n, 1.0f, threads);
+}
+
+mla_status mla_exp_f32(float *dst, const float *src, int64_t n, int threads)
+{
+    if (!mla_tracing())
+        return exp_f32(dst, src, n, threads);
+    double start = mla_trace_begin();
+    mla_status st = exp_f32(dst, src, n, threads);
+    mla_trace_exp_f32(start, st, n, threads);
+    return st;
 }

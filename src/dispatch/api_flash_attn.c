@@ -127,11 +127,9 @@ mla_status mla_flash_attn_varlen_workspace_size(const mla_flash_attn_args *args,
     return MLA_OK;
 }
 
-mla_status mla_flash_attn_varlen(const mla_flash_attn_args *args, void *workspace,
-                                 int64_t workspace_bytes, int threads)
+static mla_status flash_attn_varlen(const mla_flash_attn_args *args, void *workspace,
+                                    int64_t workspace_bytes, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_flash_attn_varlen(args, workspace, workspace_bytes, threads);
     static const char fn[] = "mla_flash_attn_varlen";
     mla_status st = check_args(fn, args);
     if (st != MLA_OK)
@@ -149,4 +147,15 @@ mla_status mla_flash_attn_varlen(const mla_flash_attn_args *args, void *workspac
     mla_flash_attn_run(k, args, workspace, t);
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_flash_attn_varlen(const mla_flash_attn_args *args, void *workspace,
+                                 int64_t workspace_bytes, int threads)
+{
+    if (!mla_tracing())
+        return flash_attn_varlen(args, workspace, workspace_bytes, threads);
+    double start = mla_trace_begin();
+    mla_status st = flash_attn_varlen(args, workspace, workspace_bytes, threads);
+    mla_trace_flash_attn_varlen(start, st, args, threads);
+    return st;
 }

@@ -111,10 +111,8 @@ mla_status mla_merge_backend(const mla_merge_attn_args *a, const mla_kernels **k
     return mla_dispatch(MLA_OP_PREFILL, &cfg, k, name);
 }
 
-mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int threads)
+static mla_status merge_attn_states(const mla_merge_attn_args *args, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_merge_attn_states(args, threads);
     static const char fn[] = "mla_merge_attn_states";
     if (!args)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
@@ -130,4 +128,14 @@ mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int threads)
     mla_merge_run(k, args, with_context, mla_resolve_threads(threads));
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_merge_attn_states(const mla_merge_attn_args *args, int threads)
+{
+    if (!mla_tracing())
+        return merge_attn_states(args, threads);
+    double start = mla_trace_begin();
+    mla_status st = merge_attn_states(args, threads);
+    mla_trace_merge_attn_states(start, st, args, threads);
+    return st;
 }

@@ -649,11 +649,9 @@ static mla_status run_absorbed(const prefill_run *x)
     return MLA_OK;
 }
 
-mla_status mla_prefill(const mla_prefill_args *args, void *workspace, int64_t workspace_bytes,
-                       int threads)
+static mla_status prefill(const mla_prefill_args *args, void *workspace, int64_t workspace_bytes,
+                          int threads)
 {
-    if (mla_tracing())
-        return mla_trace_prefill(args, workspace, workspace_bytes, threads);
     static const char fn[] = "mla_prefill";
     mla_kv_cache c;
     paths p = {0};
@@ -674,4 +672,15 @@ mla_status mla_prefill(const mla_prefill_args *args, void *workspace, int64_t wo
     if (p.mha && (st = run_mha(&x, p.mha_context)) != MLA_OK)
         return st;
     return p.absorbed ? run_absorbed(&x) : MLA_OK;
+}
+
+mla_status mla_prefill(const mla_prefill_args *args, void *workspace, int64_t workspace_bytes,
+                       int threads)
+{
+    if (!mla_tracing())
+        return prefill(args, workspace, workspace_bytes, threads);
+    double start = mla_trace_begin();
+    mla_status st = prefill(args, workspace, workspace_bytes, threads);
+    mla_trace_prefill(start, st, args, threads);
+    return st;
 }

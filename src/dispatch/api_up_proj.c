@@ -231,11 +231,9 @@ mla_status mla_up_proj_workspace_size(const mla_up_proj_args *args, int threads,
     return workspace_bytes(fn, args, mla_resolve_threads(threads), bytes);
 }
 
-mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace, int64_t workspace_bytes_given,
-                       int threads)
+static mla_status up_proj(const mla_up_proj_args *args, void *workspace,
+                          int64_t workspace_bytes_given, int threads)
 {
-    if (mla_tracing())
-        return mla_trace_up_proj(args, workspace, workspace_bytes_given, threads);
     static const char fn[] = "mla_up_proj";
     mla_status st = check_args(fn, args);
     if (st != MLA_OK)
@@ -256,6 +254,17 @@ mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace, int64_t wo
                     PACK_HEADER : NULL, h.dot, workspace, t);
     mla_note_backend(backend);
     return MLA_OK;
+}
+
+mla_status mla_up_proj(const mla_up_proj_args *args, void *workspace, int64_t workspace_bytes_given,
+                       int threads)
+{
+    if (!mla_tracing())
+        return up_proj(args, workspace, workspace_bytes_given, threads);
+    double start = mla_trace_begin();
+    mla_status st = up_proj(args, workspace, workspace_bytes_given, threads);
+    mla_trace_up_proj(start, st, args, threads);
+    return st;
 }
 
 /* The backend and route a packing takes, and its bytes. */
@@ -291,11 +300,9 @@ mla_status mla_pack_kv_b_proj_size(const mla_up_proj_args *args, int64_t *bytes)
     return MLA_OK;
 }
 
-mla_status mla_pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int64_t bytes,
-                              int threads)
+static mla_status pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int64_t bytes,
+                                 int threads)
 {
-    if (mla_tracing())
-        return mla_trace_pack_kv_b_proj(args, packed, bytes, threads);
     static const char fn[] = "mla_pack_kv_b_proj";
     pack_plan p;
     mla_status st = plan_packing(fn, args, &p);
@@ -318,4 +325,15 @@ mla_status mla_pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int64_
                          mla_resolve_threads(threads));
     mla_note_backend(p.backend);
     return MLA_OK;
+}
+
+mla_status mla_pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int64_t bytes,
+                              int threads)
+{
+    if (!mla_tracing())
+        return pack_kv_b_proj(args, packed, bytes, threads);
+    double start = mla_trace_begin();
+    mla_status st = pack_kv_b_proj(args, packed, bytes, threads);
+    mla_trace_pack_kv_b_proj(start, st, args, threads);
+    return st;
 }

@@ -532,9 +532,13 @@ static mla_status build_batch(const char *fn, const mla_request *reqs, int64_t n
 mla_status mla_build_batch_metadata(const mla_request *reqs, int64_t num_reqs,
                                     const mla_block_layout *layout, mla_batch_metadata *md)
 {
-    if (mla_tracing())
-        return mla_trace_build_batch_metadata(reqs, num_reqs, layout, md);
-    return build_batch("mla_build_batch_metadata", reqs, num_reqs, layout, NULL, md);
+    static const char fn[] = "mla_build_batch_metadata";
+    if (!mla_tracing())
+        return build_batch(fn, reqs, num_reqs, layout, NULL, md);
+    double start = mla_trace_begin();
+    mla_status st = build_batch(fn, reqs, num_reqs, layout, NULL, md);
+    mla_trace_build_batch_metadata(start, st, num_reqs);
+    return st;
 }
 
 mla_status mla_build_batch_metadata_append(const mla_request *reqs, int64_t num_reqs,
@@ -542,20 +546,20 @@ mla_status mla_build_batch_metadata_append(const mla_request *reqs, int64_t num_
                                            const int64_t *first_new, int64_t *row_ids,
                                            mla_batch_metadata *md)
 {
-    if (mla_tracing())
-        return mla_trace_build_batch_metadata_append(reqs, num_reqs, layout, first_new, row_ids,
-                                                     md);
+    static const char fn[] = "mla_build_batch_metadata_append";
     table_rows rows = {.first_new = first_new, .row_ids = row_ids};
-    return build_batch("mla_build_batch_metadata_append", reqs, num_reqs, layout, &rows, md);
+    if (!mla_tracing())
+        return build_batch(fn, reqs, num_reqs, layout, &rows, md);
+    double start = mla_trace_begin();
+    mla_status st = build_batch(fn, reqs, num_reqs, layout, &rows, md);
+    mla_trace_build_batch_metadata_append(start, st, num_reqs);
+    return st;
 }
 
-mla_status mla_append_block_table(const mla_request *reqs, int64_t num_reqs,
-                                  const mla_block_layout *layout, const int64_t *first_new,
-                                  int64_t *row_ids, int32_t *block_table)
+static mla_status append_block_table(const mla_request *reqs, int64_t num_reqs,
+                                     const mla_block_layout *layout, const int64_t *first_new,
+                                     int64_t *row_ids, int32_t *block_table)
 {
-    if (mla_tracing())
-        return mla_trace_append_block_table(reqs, num_reqs, layout, first_new, row_ids,
-                                            block_table);
     static const char fn[] = "mla_append_block_table";
     table_rows rows = {.first_new = first_new, .row_ids = row_ids};
     geometry g;
@@ -569,11 +573,21 @@ mla_status mla_append_block_table(const mla_request *reqs, int64_t num_reqs,
     return MLA_OK;
 }
 
-mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
-                                  const mla_block_layout *layout, mla_batch_metadata *md)
+mla_status mla_append_block_table(const mla_request *reqs, int64_t num_reqs,
+                                  const mla_block_layout *layout, const int64_t *first_new,
+                                  int64_t *row_ids, int32_t *block_table)
 {
-    if (mla_tracing())
-        return mla_trace_update_block_table(reqs, num_reqs, layout, md);
+    if (!mla_tracing())
+        return append_block_table(reqs, num_reqs, layout, first_new, row_ids, block_table);
+    double start = mla_trace_begin();
+    mla_status st = append_block_table(reqs, num_reqs, layout, first_new, row_ids, block_table);
+    mla_trace_append_block_table(start, st, num_reqs);
+    return st;
+}
+
+static mla_status update_block_table(const mla_request *reqs, int64_t num_reqs,
+                                     const mla_block_layout *layout, mla_batch_metadata *md)
+{
     static const char fn[] = "mla_update_block_table";
     if (!md)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL md", fn);
@@ -589,4 +603,15 @@ mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
     write_block_table(reqs, num_reqs, &g, NULL, md->block_table);
     write_slots(reqs, num_reqs, &g, md);
     return MLA_OK;
+}
+
+mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
+                                  const mla_block_layout *layout, mla_batch_metadata *md)
+{
+    if (!mla_tracing())
+        return update_block_table(reqs, num_reqs, layout, md);
+    double start = mla_trace_begin();
+    mla_status st = update_block_table(reqs, num_reqs, layout, md);
+    mla_trace_update_block_table(start, st, num_reqs);
+    return st;
 }

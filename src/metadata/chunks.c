@@ -369,12 +369,16 @@ mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *que
                                  int64_t block_size, int64_t workspace_width,
                                  mla_dtype workspace_dtype, mla_chunk_plan **plan)
 {
-    if (mla_tracing())
-        return mla_trace_chunk_plan_create(context_lens, query_start_loc, num_prefills,
-                                           workspace_tokens, block_size, workspace_width,
-                                           workspace_dtype, plan);
-    return create_plan("mla_chunk_plan_create", context_lens, query_start_loc, num_prefills,
-                       workspace_tokens, block_size, workspace_width, workspace_dtype, false, plan);
+    static const char fn[] = "mla_chunk_plan_create";
+    if (!mla_tracing())
+        return create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
+                           block_size, workspace_width, workspace_dtype, false, plan);
+    double start = mla_trace_begin();
+    mla_status st = create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
+                                block_size, workspace_width, workspace_dtype, false, plan);
+    mla_trace_chunk_plan_create(start, st, num_prefills, workspace_tokens, block_size,
+                                workspace_width, workspace_dtype);
+    return st;
 }
 
 mla_status mla_chunk_plan_create_lean(const int32_t *context_lens,
@@ -383,19 +387,21 @@ mla_status mla_chunk_plan_create_lean(const int32_t *context_lens,
                                       int64_t workspace_width, mla_dtype workspace_dtype,
                                       mla_chunk_plan **plan)
 {
-    if (mla_tracing())
-        return mla_trace_chunk_plan_create_lean(context_lens, query_start_loc, num_prefills,
-                                                workspace_tokens, block_size, workspace_width,
-                                                workspace_dtype, plan);
-    return create_plan("mla_chunk_plan_create_lean", context_lens, query_start_loc, num_prefills,
-                       workspace_tokens, block_size, workspace_width, workspace_dtype, true, plan);
+    static const char fn[] = "mla_chunk_plan_create_lean";
+    if (!mla_tracing())
+        return create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
+                           block_size, workspace_width, workspace_dtype, true, plan);
+    double start = mla_trace_begin();
+    mla_status st = create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
+                                block_size, workspace_width, workspace_dtype, true, plan);
+    mla_trace_chunk_plan_create_lean(start, st, num_prefills, workspace_tokens, block_size,
+                                     workspace_width, workspace_dtype);
+    return st;
 }
 
-mla_status mla_chunk_token_to_seq(const mla_chunk_plan *plan, int64_t chunk, int32_t *out,
-                                  int64_t out_len)
+static mla_status chunk_token_to_seq(const mla_chunk_plan *plan, int64_t chunk, int32_t *out,
+                                     int64_t out_len)
 {
-    if (mla_tracing())
-        return mla_trace_chunk_token_to_seq(plan, chunk, out, out_len);
     static const char fn[] = "mla_chunk_token_to_seq";
     if (!plan)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
@@ -412,6 +418,17 @@ mla_status mla_chunk_token_to_seq(const mla_chunk_plan *plan, int64_t chunk, int
     write_token_to_seq(in->chunk_seq_lens + chunk * in->num_prefills, in->num_prefills, out_len,
                        out);
     return MLA_OK;
+}
+
+mla_status mla_chunk_token_to_seq(const mla_chunk_plan *plan, int64_t chunk, int32_t *out,
+                                  int64_t out_len)
+{
+    if (!mla_tracing())
+        return chunk_token_to_seq(plan, chunk, out, out_len);
+    double start = mla_trace_begin();
+    mla_status st = chunk_token_to_seq(plan, chunk, out, out_len);
+    mla_trace_chunk_token_to_seq(start, st, chunk, out_len);
+    return st;
 }
 
 /* A NULL plan reads as an empty one (no prefills, no chunks). */

@@ -67,11 +67,9 @@ static void place(const mla_request *reqs, int64_t num_reqs, int64_t threshold,
     }
 }
 
-mla_status mla_reorder_batch(const mla_request *reqs, int64_t num_reqs, int64_t threshold,
-                             int32_t *new_order, int64_t *region_counts)
+static mla_status reorder_batch(const mla_request *reqs, int64_t num_reqs, int64_t threshold,
+                                int32_t *new_order, int64_t *region_counts)
 {
-    if (mla_tracing())
-        return mla_trace_reorder_batch(reqs, num_reqs, threshold, new_order, region_counts);
     static const char fn[] = "mla_reorder_batch";
     if (num_reqs < 0)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs = %lld is negative", fn,
@@ -96,6 +94,17 @@ mla_status mla_reorder_batch(const mla_request *reqs, int64_t num_reqs, int64_t 
     for (int region = 0; region < MLA_REGION_COUNT && region_counts; region++)
         region_counts[region] = counts[region];
     return MLA_OK;
+}
+
+mla_status mla_reorder_batch(const mla_request *reqs, int64_t num_reqs, int64_t threshold,
+                             int32_t *new_order, int64_t *region_counts)
+{
+    if (!mla_tracing())
+        return reorder_batch(reqs, num_reqs, threshold, new_order, region_counts);
+    double start = mla_trace_begin();
+    mla_status st = reorder_batch(reqs, num_reqs, threshold, new_order, region_counts);
+    mla_trace_reorder_batch(start, st, num_reqs, threshold);
+    return st;
 }
 
 static int64_t query_len(const int32_t *query_start_loc, int64_t r)
@@ -137,11 +146,9 @@ static int64_t first_prefill(const int32_t *qsl, int64_t num_reqs, int64_t thres
     return num_reqs;
 }
 
-mla_status mla_split_batch(const int32_t *query_start_loc, int64_t num_reqs, int64_t threshold,
-                           bool require_uniform, mla_batch_split *out)
+static mla_status split_batch(const int32_t *query_start_loc, int64_t num_reqs, int64_t threshold,
+                              bool require_uniform, mla_batch_split *out)
 {
-    if (mla_tracing())
-        return mla_trace_split_batch(query_start_loc, num_reqs, threshold, require_uniform, out);
     static const char fn[] = "mla_split_batch";
     if (!query_start_loc || !out)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn,
@@ -171,4 +178,15 @@ mla_status mla_split_batch(const int32_t *query_start_loc, int64_t num_reqs, int
         .num_prefill_tokens = tokens - query_start_loc[decodes],
     };
     return MLA_OK;
+}
+
+mla_status mla_split_batch(const int32_t *query_start_loc, int64_t num_reqs, int64_t threshold,
+                           bool require_uniform, mla_batch_split *out)
+{
+    if (!mla_tracing())
+        return split_batch(query_start_loc, num_reqs, threshold, require_uniform, out);
+    double start = mla_trace_begin();
+    mla_status st = split_batch(query_start_loc, num_reqs, threshold, require_uniform, out);
+    mla_trace_split_batch(start, st, num_reqs, threshold);
+    return st;
 }

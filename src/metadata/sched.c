@@ -386,13 +386,11 @@ mla_status mla_decode_sched_slot_bound(const char *fn, int64_t num_reqs, int64_t
 }
 
 /* NULL params means every default, as does a zeroed struct. */
-mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,
-                                  const mla_decode_sched_params *params, mla_sched_part *parts,
-                                  int64_t parts_capacity, int64_t *num_parts, int32_t *split_prefix)
+static mla_status build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,
+                                     const mla_decode_sched_params *params,
+                                     mla_sched_part *parts, int64_t parts_capacity,
+                                     int64_t *num_parts, int32_t *split_prefix)
 {
-    if (mla_tracing())
-        return mla_trace_build_decode_sched(seq_lens, num_reqs, params, parts, parts_capacity,
-                                            num_parts, split_prefix);
     static const mla_decode_sched_params defaults = {0};
     const mla_decode_sched_params *p = params ? params : &defaults;
     sched_cfg cfg = resolve_cfg(p);
@@ -406,4 +404,18 @@ mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,
         build_default(seq_lens, num_reqs, &cfg, parts, split_prefix);
     *num_parts = cfg.num_parts;
     return MLA_OK;
+}
+
+mla_status mla_build_decode_sched(const int32_t *seq_lens, int64_t num_reqs,
+                                  const mla_decode_sched_params *params, mla_sched_part *parts,
+                                  int64_t parts_capacity, int64_t *num_parts, int32_t *split_prefix)
+{
+    if (!mla_tracing())
+        return build_decode_sched(seq_lens, num_reqs, params, parts, parts_capacity, num_parts,
+                                  split_prefix);
+    double start = mla_trace_begin();
+    mla_status st = build_decode_sched(seq_lens, num_reqs, params, parts, parts_capacity, num_parts,
+                                       split_prefix);
+    mla_trace_build_decode_sched(start, st, num_reqs, parts_capacity);
+    return st;
 }
