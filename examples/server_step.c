@@ -5,12 +5,13 @@
  *
  *   at load     each layer's cache (mla_kv_cache_shape) and weights, prepared
  *               once (mla_pack_kv_b_proj for prefill, mla_prepare_weights
- *               for the absorbed decode); one workspace for the server's
- *               lifetime, sized from its limits
+ *               for the absorbed decode); one workspace and one context
+ *               gather buffer for the server's lifetime, sized from its
+ *               limits
  *   each step   the scheduler's requests -> mla_reorder_batch (decodes first)
  *               -> mla_build_batch_metadata (block table, slot mapping,
  *               seq_lens) -> mla_split_batch -> a chunk plan for the
- *               prefills' cached context (mla_chunk_plan_create)
+ *               prefills' cached context (mla_chunk_plan_create_lean)
  *   each layer  mla_concat_and_cache (the step's new latent rows into the
  *               cache), mla_decode_forward for the decodes, mla_prefill for
  *               the rest
@@ -205,7 +206,7 @@ typedef struct step {
     mla_batch_split split;          /* the first num_decodes requests decode */
     int32_t prefill_qsl[MAX_REQS + 1], context_lens[MAX_REQS];
     mla_chunk_plan *plan;           /* the prefills' context chunks */
-    int64_t chunk_tokens;           /* W, the plan's gather workspace rows */
+    int64_t chunk_tokens;           /* W, the context gather buffer's rows */
 } step;
 
 /* The buffers a step's tokens pass through, sized for MAX_BATCHED_TOKENS. */
@@ -216,6 +217,7 @@ typedef struct activations {
     void *out;                  /* [T, H * V] */
     void *workspace;            /* every call's scratch */
     int64_t workspace_bytes;
+    void *context_rows;         /* [W, L + R]: prefill gathers cached context here */
 } activations;
 
 /* The step's metadata, from what the scheduler decided: scheduled[i] new
@@ -260,15 +262,17 @@ static void plan_step(step *s, request *reqs, const int64_t *scheduled, int64_t 
 
     /* The prefills' part of the batch counted from their first token, and
      * the context each had cached before this step. One chunk plan serves
-     * every layer; it owns its gather workspace, which mla_prefill reads. */
+     * every layer: a lean one (no token_to_seq, no buffer of its own: a few
+     * hundred bytes) that chunks the context through the server's
+     * context_rows. */
     const int64_t d = s->split.num_decodes, n = s->split.num_prefills;
     const int32_t *qsl = s->md.query_start_loc;
     for (int64_t r = 0; r <= n; r++)
         s->prefill_qsl[r] = qsl[d + r] - qsl[d];
     for (int64_t r = 0; r < n; r++)
         s->context_lens[r] = s->md.seq_lens[d + r] - (qsl[d + r + 1] - qsl[d + r]);
-    CHECK(mla_chunk_plan_create(s->context_lens, s->prefill_qsl, n, s->chunk_tokens, BLOCK, L + R,
-                                DTYPE, &s->plan));
+    CHECK(mla_chunk_plan_create_lean(s->context_lens, s->prefill_qsl, n, s->chunk_tokens, BLOCK, 0,
+                                     DTYPE, &s->plan));
 }
 
 /* The scale on q.k: 1/sqrt of the query head width (DeepSeek's YaRN factor
@@ -303,7 +307,7 @@ static mla_prefill_args prefill_args(const step *s, const layer *ly, const activ
         .num_heads = HEADS, .kv_lora_rank = L, .rope_dim = R, .qk_nope_dim = P, .v_head_dim = V,
         .scale = softmax_scale(), .dtype = DTYPE,
         .query_start_loc = s->prefill_qsl, .context_lens = s->context_lens, .plan = s->plan,
-        .cache = &ly->cache, .block_table = s->md.block_table + d * MAX_BLOCKS_PER_REQ,
+        .context_workspace = a->context_rows, .cache = &ly->cache, .block_table = s->md.block_table + d * MAX_BLOCKS_PER_REQ,
         .block_table_cols = MAX_BLOCKS_PER_REQ,
         .q = (char *)a->q + elem * t0 * q_row, .q_token_stride = q_row, .q_head_stride = P + R,
         .kv_c = (char *)a->latent + elem * t0 * (L + R), .kv_c_stride = L + R,
@@ -491,27 +495,29 @@ int main(void)
         .out = alloc(2 * (size_t)MAX_BATCHED_TOKENS * HEADS * V)};
 
     /* One workspace for the server's lifetime, shared by decode and prefill
-     * (they run one after the other). The decode bound covers every call
-     * within the limits. The prefill size reads shapes and the plan's
-     * workspace rows W only, and grows with the tokens, the requests and W:
-     * at the limits, with an empty plan of the same W standing in for the
-     * step's, it covers every step. (A short workspace would fail the call
-     * with MLA_ERR_CAPACITY, writing nothing.) Threads 0 here and in the
-     * calls: OMP_NUM_THREADS's count. */
-    const mla_decode_limits limits = {
+     * (they run one after the other): each bound covers every call within
+     * the server's limits. Threads 0 here and in the calls: OMP_NUM_THREADS's
+     * count. And one buffer for the prefills' context chunks, W rows of the
+     * cache's width. */
+    const mla_decode_limits decode_limits = {
         .max_reqs = MAX_REQS, .max_s_q = DECODE_THRESHOLD, .max_seq_len = MAX_MODEL_LEN,
         .num_heads = HEADS, .kv_lora_rank = L, .rope_dim = R, .qk_nope_dim = P, .v_head_dim = V,
         .q_dtype = DTYPE, .max_threads = 0};
-    int64_t decode_bytes, prefill_bytes;
-    CHECK(mla_decode_workspace_bound(&limits, &decode_bytes));
-    mla_chunk_plan *sizing_plan;
-    CHECK(mla_chunk_plan_create(NULL, NULL, 0, s.chunk_tokens, BLOCK, 0, DTYPE, &sizing_plan));
-    s.plan = sizing_plan;
-    mla_prefill_args largest = prefill_args(&s, &layers[0], &a);
-    largest.num_prefills = MAX_REQS;
-    largest.num_tokens = MAX_BATCHED_TOKENS;
-    CHECK(mla_prefill_workspace_size(&largest, 0, &prefill_bytes));
-    mla_chunk_plan_destroy(sizing_plan);
+    const mla_prefill_limits prefill_limits = {
+        .max_prefills = MAX_REQS, .max_tokens = MAX_BATCHED_TOKENS,
+        .context_workspace_tokens = s.chunk_tokens, .num_heads = HEADS, .kv_lora_rank = L,
+        .rope_dim = R, .qk_nope_dim = P, .v_head_dim = V, .dtype = DTYPE, .max_threads = 0};
+    int64_t decode_bytes, prefill_bytes, context_bytes, context_alignment;
+    CHECK(mla_decode_workspace_bound(&decode_limits, &decode_bytes));
+    CHECK(mla_prefill_workspace_bound(&prefill_limits, &prefill_bytes));
+    CHECK(mla_chunk_workspace_bytes(s.chunk_tokens, L + R, DTYPE, &context_bytes,
+                                    &context_alignment));
+    if (context_alignment > 64) { /* alloc aligns to 64 bytes */
+        fprintf(stderr, "the context buffer wants %lld-byte alignment\n",
+                (long long)context_alignment);
+        return 1;
+    }
+    a.context_rows = alloc((size_t)context_bytes);
     a.workspace_bytes = decode_bytes > prefill_bytes ? decode_bytes : prefill_bytes;
     a.workspace = alloc((size_t)a.workspace_bytes);
 
@@ -571,7 +577,8 @@ int main(void)
         free(layers[i].w_uv);
     }
     void *bufs[] = {s.md.query_start_loc, s.md.seq_lens, s.md.positions, s.md.slot_mapping,
-                    s.md.block_table, a.staging, a.q, a.latent, a.out, a.workspace};
+                    s.md.block_table, a.staging, a.q, a.latent, a.out, a.workspace,
+                    a.context_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
 

@@ -918,10 +918,15 @@ typedef struct mla_prefill_args {
     mla_dtype dtype;       /* of q, kv_c, k_pe and out: f32, bf16 or f16     */
     const int32_t *query_start_loc; /* [num_prefills + 1], from 0 to T      */
     const int32_t *context_lens;    /* [num_prefills], with-context first   */
-    /* mla_chunk_plan_create(context_lens, query_start_loc, ...) with a
-     * workspace of width L + R in dtype; NULL when no request has context
-     * or every request takes the absorbed path. */
+    /* mla_chunk_plan_create (or _lean) for context_lens, query_start_loc;
+     * NULL when no request has context or every request takes the absorbed
+     * path. The context chunks are gathered into context_workspace, the
+     * caller's [W, L + R] rows in dtype (W = the plan's workspace_tokens;
+     * mla_chunk_workspace_bytes sizes it), allocated once for a server's
+     * lifetime; or, when it is NULL, into the plan's own workspace, which
+     * the plan must then have been created with (width L + R, dtype). */
     const mla_chunk_plan *plan;
+    void *context_workspace;
     const mla_kv_cache *cache;      /* any dtype; fp8 uses its scale          */
     const int32_t *block_table;     /* [num_prefills, block_table_cols]       */
     int64_t block_table_cols;
@@ -965,6 +970,26 @@ MLA_API mla_prefill_path mla_prefill_choose_path(const mla_prefill_args *args, i
 
 MLA_API mla_status mla_prefill_workspace_size(const mla_prefill_args *args, int threads,
                                               int64_t *bytes);
+
+/* A server's prefill limits, for one workspace allocated once for its
+ * lifetime (mla_decode_limits is decode's). */
+typedef struct mla_prefill_limits {
+    int64_t max_prefills;  /* prefill requests in a call, >= 0                */
+    int64_t max_tokens;    /* T, new tokens in a call, >= 0                   */
+    int64_t context_workspace_tokens; /* W of the calls' plans, >= 0 (as
+                              mla_chunk_workspace_tokens gives it)          */
+    int64_t num_heads, kv_lora_rank, rope_dim, qk_nope_dim, v_head_dim;
+    mla_dtype dtype;       /* the calls' dtype                                */
+    int max_threads;       /* <= 0: mla_default_threads() now                 */
+} mla_prefill_limits;
+
+/* Bytes of workspace that suffice for every mla_prefill call within lim:
+ * num_prefills <= max_prefills, num_tokens <= max_tokens, a plan of at
+ * most context_workspace_tokens rows, the same heads, dims and dtype, any
+ * path, kv_b_proj of any dtype packed ahead or not, and threads resolving
+ * to at most max_threads' count: *bytes >= what mla_prefill_workspace_size
+ * gives for any such call. */
+MLA_API mla_status mla_prefill_workspace_bound(const mla_prefill_limits *lim, int64_t *bytes);
 /* Every argument, the plan against the batch, every block id the call
  * will read and the backend of every step (a forced one that cannot run a
  * step fails the call) are checked before anything is written. The

@@ -750,11 +750,59 @@ static void test_long_request(void **state)
     free(c.out);
 }
 
+/* The caller's context_workspace, allocated once, stands in for the
+ * plan's own: a lean plan without a workspace gives the same bits, step
+ * after step with the same buffer; without either the call is refused; a
+ * context_workspace over another buffer of the call is refused, nothing
+ * written. */
+static void test_caller_context_workspace(void **state)
+{
+    (void)state;
+    pcase c;
+    pspec s = mixed(MLA_DTYPE_BF16, MLA_DTYPE_BF16, 16, 64);
+    pcase_make(&c, &s);
+    const size_t n = (size_t)(c.T * s.H * s.V) * (size_t)c.elem;
+    unsigned char *owned = zalloc(n);
+    const unsigned char *got = (const unsigned char *)c.out + MARGIN;
+    mla_prefill_args a = pcase_args(&c, MLA_PREFILL_PATH_MHA);
+    assert_int_equal(run(&c, &a, 2), MLA_OK);
+    memcpy(owned, got, n);
+
+    mla_chunk_plan *lean;
+    assert_int_equal(mla_chunk_plan_create_lean(s.ctx, c.qsl, s.reqs, s.workspace_tokens,
+                                                s.block_size, 0, s.dtype, &lean), MLA_OK);
+    int64_t bytes, alignment;
+    assert_int_equal(mla_chunk_workspace_bytes(s.workspace_tokens, s.L + s.R, s.dtype, &bytes,
+                                               &alignment), MLA_OK);
+    void *rows = zalloc((size_t)bytes);
+    a.plan = lean;
+    a.context_workspace = NULL;
+    expect_reject(&c, "a plan without a workspace and context_workspace NULL", &a,
+                  MLA_ERR_INVALID_ARGUMENT, "context_workspace is NULL");
+    a.context_workspace = rows;
+    for (int step = 0; step < 2; step++) {
+        memset(rows, GUARD, (size_t)bytes); /* what the last step left */
+        assert_int_equal(run(&c, &a, 2), MLA_OK);
+        assert_memory_equal(owned, got, n);
+    }
+    a.context_workspace = (char *)c.q + c.elem; /* over q, one element in */
+    expect_reject(&c, "context_workspace over q", &a, MLA_ERR_INVALID_ARGUMENT,
+                  "context_workspace");
+    a.context_workspace = c.cache_data;
+    expect_reject(&c, "context_workspace over the cache", &a, MLA_ERR_INVALID_ARGUMENT,
+                  "context_workspace");
+    free(rows);
+    mla_chunk_plan_destroy(lean);
+    free(owned);
+    pcase_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle_every_dtype), cmocka_unit_test(test_chunking),
-        cmocka_unit_test(test_chunked_equals_unchunked), cmocka_unit_test(test_every_backend),
+        cmocka_unit_test(test_chunked_equals_unchunked),
+        cmocka_unit_test(test_caller_context_workspace), cmocka_unit_test(test_every_backend),
         cmocka_unit_test(test_choose_path), cmocka_unit_test(test_rejects),
         CASE_TEST(test_rejects_before_any_step), CASE_TEST(test_long_request),
         cmocka_unit_test(test_nan_in_later_tokens),

@@ -2,8 +2,8 @@
  * Workspace queries (mla.h): each *_workspace_size reads shapes only, so a
  * server can size before it has any buffer (every data pointer NULL, every
  * stride anything), and gives what the call with its buffers needs; the
- * decode bound covers every call within a server's limits, and decode and
- * the forward run in a workspace of exactly the bound.
+ * decode and prefill bounds cover every call within a server's limits, and
+ * decode and the forward run in a workspace of exactly the bound.
  */
 #include "decode_cases.h"
 
@@ -271,6 +271,72 @@ static void test_calls_run_in_the_bound(void **state)
     }
 }
 
+/* The prefill bound covers every call within the limits (any path, any
+ * kv_b_proj dtype, packed ahead or not, any plan of at most W rows, any
+ * thread count up to the limit), and equals the largest of them; bad
+ * limits are refused with a message. */
+static void test_prefill_bound_covers_calls_within_limits(void **state)
+{
+    (void)state;
+    enum { MAX_B = 5, MAX_T = 300, MAX_W = 512, MAX_THREADS = 4 };
+    const mla_dtype dtypes[] = {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_DTYPE_F16};
+    const mla_prefill_path paths[] = {MLA_PREFILL_PATH_AUTO, MLA_PREFILL_PATH_MHA,
+                                      MLA_PREFILL_PATH_ABSORBED};
+    static const char packed_stand_in; /* the size query reads whether it is set only */
+    for (int d = 0; d < COUNT(dtypes); d++) {
+        const mla_prefill_limits lim = {.max_prefills = MAX_B, .max_tokens = MAX_T,
+                                        .context_workspace_tokens = MAX_W, .num_heads = 3,
+                                        .kv_lora_rank = 64, .rope_dim = 16, .qk_nope_dim = 32,
+                                        .v_head_dim = 24, .dtype = dtypes[d],
+                                        .max_threads = MAX_THREADS};
+        int64_t bound = -1, most = 0;
+        assert_int_equal(mla_prefill_workspace_bound(&lim, &bound), MLA_OK);
+        for (int call = 0; call < 200; call++) {
+            const bool at_max = call < COUNT(dtypes);
+            const int64_t W = at_max ? MAX_W : random_in(0, MAX_W);
+            mla_chunk_plan *plan;
+            assert_int_equal(mla_chunk_plan_create_lean(NULL, NULL, 0, W, 16, 0, dtypes[d], &plan),
+                             MLA_OK);
+            const mla_prefill_args a = {
+                .num_prefills = at_max ? MAX_B : random_in(0, MAX_B),
+                .num_tokens = at_max ? MAX_T : random_in(0, MAX_T), .num_heads = 3,
+                .kv_lora_rank = 64, .rope_dim = 16, .qk_nope_dim = 32, .v_head_dim = 24,
+                .scale = 0.5f, .dtype = dtypes[d], .plan = plan,
+                .kv_b_proj_dtype = dtypes[at_max ? call : random_in(0, COUNT(dtypes) - 1)],
+                .kv_b_proj_packed = !at_max && random_in(0, 1) ? &packed_stand_in : NULL,
+                .path = paths[at_max ? 0 : random_in(0, COUNT(paths) - 1)]};
+            const int threads = at_max ? MAX_THREADS : (int)random_in(1, MAX_THREADS);
+            int64_t need = -1;
+            assert_int_equal(mla_prefill_workspace_size(&a, threads, &need), MLA_OK);
+            if (need > bound)
+                fail_msg("%s: B %lld, T %lld, W %lld, path %d, threads %d: needs %lld, bound %lld",
+                         mla_dtype_name(dtypes[d]), (long long)a.num_prefills,
+                         (long long)a.num_tokens, (long long)W, (int)a.path, threads,
+                         (long long)need, (long long)bound);
+            most = need > most ? need : most;
+            mla_chunk_plan_destroy(plan);
+        }
+        assert_int_equal(most, bound); /* reached by a call at the limits */
+    }
+    const mla_prefill_limits good = {.max_prefills = 2, .max_tokens = 8, .num_heads = 1,
+                                     .kv_lora_rank = 8, .qk_nope_dim = 4, .v_head_dim = 4,
+                                     .dtype = MLA_DTYPE_F32};
+    mla_prefill_limits bad = good;
+    int64_t bytes;
+    bad.max_tokens = -1;
+    support_expect_reject("mla_prefill_workspace_bound", "max_tokens -1",
+                          mla_prefill_workspace_bound(&bad, &bytes), MLA_ERR_INVALID_ARGUMENT,
+                          "mla_prefill_workspace_bound: max_prefills 2, max_tokens -1");
+    bad = good;
+    bad.dtype = MLA_DTYPE_FP8_E4M3;
+    support_expect_reject("mla_prefill_workspace_bound", "dtype fp8_e4m3",
+                          mla_prefill_workspace_bound(&bad, &bytes), MLA_ERR_UNSUPPORTED,
+                          "fp8_e4m3");
+    support_expect_reject("mla_prefill_workspace_bound", "limits NULL",
+                          mla_prefill_workspace_bound(NULL, &bytes), MLA_ERR_INVALID_ARGUMENT,
+                          "limits is NULL");
+}
+
 static void test_bound_rejects(void **state)
 {
     (void)state;
@@ -325,6 +391,7 @@ int main(void)
         CASE_TEST(test_bound_covers_calls_within_limits),
         CASE_TEST(test_calls_run_in_the_bound),
         CASE_TEST(test_bound_rejects),
+        CASE_TEST(test_prefill_bound_covers_calls_within_limits),
     };
     case_apply_filter();
     return cmocka_run_group_tests_name("workspace", tests, NULL, NULL);

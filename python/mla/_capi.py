@@ -104,6 +104,7 @@ class PrefillArgs(_Struct):  # mla_prefill_args
                 ("kv_lora_rank", _i64), ("rope_dim", _i64), ("qk_nope_dim", _i64),
                 ("v_head_dim", _i64), ("scale", _f32), ("dtype", _enum),
                 ("query_start_loc", _ptr), ("context_lens", _ptr), ("plan", _ptr),
+                ("context_workspace", _ptr),
                 ("cache", ctypes.POINTER(KvCache)), ("block_table", _ptr),
                 ("block_table_cols", _i64),
                 ("q", _ptr), ("q_token_stride", _i64), ("q_head_stride", _i64),

@@ -283,7 +283,10 @@ mla_status mla_prepare_weights(const void *kv_b_proj, mla_dtype src_dtype, int64
     return st;
 }
 
-mla_decode_args mla_decode_forward_shape(const mla_decode_forward_args *f)
+/* The attention of a forward call as decode args: its sizes, dtype, cache,
+ * table, lengths, lse and schedule, without query and output rows (the
+ * trace names a forward's attention by it, too). */
+static mla_decode_args decode_forward_shape(const mla_decode_forward_args *f)
 {
     return (mla_decode_args){.num_reqs = f->num_reqs, .s_q = f->s_q, .num_heads = f->num_heads,
                              .kv_lora_rank = f->kv_lora_rank, .rope_dim = f->rope_dim,
@@ -299,7 +302,7 @@ mla_decode_args mla_decode_forward_shape(const mla_decode_forward_args *f)
 static mla_decode_args forward_attention(const mla_decode_forward_args *f, const void *q_lat,
                                          void *o_lat)
 {
-    mla_decode_args a = mla_decode_forward_shape(f);
+    mla_decode_args a = decode_forward_shape(f);
     int64_t lat = a.kv_lora_rank + a.rope_dim;
     a.q_nope = q_lat;
     a.q_pe = q_lat ? (const char *)q_lat + a.kv_lora_rank * mla_dtype_size(a.q_dtype) : NULL;
@@ -373,7 +376,7 @@ static mla_status check_forward_sizes(const char *fn, const mla_decode_forward_a
     if (f->w_dtype != MLA_DTYPE_F32 && f->w_dtype != MLA_DTYPE_BF16)
         return mla_fail(MLA_ERR_UNSUPPORTED, "%s: weight dtype %s (need f32 or bf16)", fn,
                         mla_dtype_name(f->w_dtype));
-    const mla_decode_args shape = mla_decode_forward_shape(f);
+    const mla_decode_args shape = decode_forward_shape(f);
     mla_status st = check_sizes(fn, &shape);
     return st == MLA_OK ? check_latent_row(fn, &shape) : st;
 }
@@ -431,7 +434,7 @@ mla_status mla_decode_forward_workspace_size(const mla_decode_forward_args *args
         return st;
     if (!bytes)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
-    const mla_decode_args shape = mla_decode_forward_shape(args);
+    const mla_decode_args shape = decode_forward_shape(args);
     int64_t need;
     if ((st = mla_decode_forward_bytes(fn, &shape, args->qk_nope_dim, args->v_head_dim,
                                        mla_resolve_threads(threads), &need)) != MLA_OK)
@@ -516,7 +519,7 @@ mla_status mla_decode_forward(const mla_decode_forward_args *args, void *workspa
     double start = mla_trace_begin();
     mla_status st = decode_forward(args, workspace, workspace_bytes, threads);
     /* the line names the forward's attention as a decode's */
-    const mla_decode_args attn = args ? mla_decode_forward_shape(args) : (mla_decode_args){0};
+    const mla_decode_args attn = args ? decode_forward_shape(args) : (mla_decode_args){0};
     mla_trace_decode_forward(start, st, args, args ? &attn : NULL, threads);
     return st;
 }

@@ -126,11 +126,12 @@ static int64_t plan_tokens(const mla_prefill_args *a)
 }
 
 /* The largest workspace of the steps: the packed GEMM over max(T, W) rows,
- * flash attention over T queries, the absorbed decode of one piece. */
-static mla_status scratch_bytes(const char *fn, const mla_prefill_args *a, int threads,
+ * flash attention over T queries, the absorbed decode of one piece; W the
+ * context chunks' rows. */
+static mla_status scratch_bytes(const char *fn, const mla_prefill_args *a, int64_t W, int threads,
                                 int64_t *bytes)
 {
-    const int64_t T = a->num_tokens, rows = max64(T, plan_tokens(a));
+    const int64_t T = a->num_tokens, rows = max64(T, W);
     int64_t up = 0, attn = 0, absorbed = 0;
     mla_status st = MLA_OK;
     if (a->path != MLA_PREFILL_PATH_ABSORBED) {
@@ -160,15 +161,15 @@ static mla_status scratch_bytes(const char *fn, const mla_prefill_args *a, int t
     return MLA_OK;
 }
 
-static mla_status layout_of(const char *fn, const mla_prefill_args *a, int threads,
+static mla_status layout_of(const char *fn, const mla_prefill_args *a, int64_t W, int threads,
                             prefill_layout *l)
 {
     const int64_t T = a->num_tokens, H = a->num_heads, B = a->num_prefills;
     const int64_t PV = a->qk_nope_dim + a->v_head_dim, V = a->v_head_dim;
     const int64_t elem = mla_dtype_size(a->dtype), f32 = sizeof(float);
     const bool mha = a->path != MLA_PREFILL_PATH_ABSORBED;
-    const int64_t t = mha ? T : 0, w = mha ? plan_tokens(a) : 0;
-    mla_status st = scratch_bytes(fn, a, threads, &l->scratch_bytes);
+    const int64_t t = mha ? T : 0, w = mha ? W : 0;
+    mla_status st = scratch_bytes(fn, a, w, threads, &l->scratch_bytes);
     if (st != MLA_OK)
         return st;
     int64_t total = 0;
@@ -196,10 +197,42 @@ mla_status mla_prefill_workspace_size(const mla_prefill_args *args, int threads,
     if (!bytes)
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
     prefill_layout l;
-    if ((st = layout_of(fn, args, mla_resolve_threads(threads), &l)) != MLA_OK)
+    if ((st = layout_of(fn, args, plan_tokens(args), mla_resolve_threads(threads), &l)) != MLA_OK)
         return st;
     *bytes = l.total;
     return MLA_OK;
+}
+
+mla_status mla_prefill_workspace_bound(const mla_prefill_limits *lim, int64_t *bytes)
+{
+    static const char fn[] = "mla_prefill_workspace_bound";
+    if (!lim || !bytes)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, lim ? "bytes" : "limits");
+    if (lim->max_prefills < 0 || lim->max_tokens < 0 || lim->context_workspace_tokens < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: max_prefills %lld, max_tokens %lld, "
+                        "context_workspace_tokens %lld (need >= 0)", fn,
+                        (long long)lim->max_prefills, (long long)lim->max_tokens,
+                        (long long)lim->context_workspace_tokens);
+    /* AUTO lays out both paths; kv_b_proj packed in the call, in whichever
+     * dtype packs largest */
+    mla_prefill_args a = {.num_prefills = lim->max_prefills, .num_tokens = lim->max_tokens,
+                          .num_heads = lim->num_heads, .kv_lora_rank = lim->kv_lora_rank,
+                          .rope_dim = lim->rope_dim, .qk_nope_dim = lim->qk_nope_dim,
+                          .v_head_dim = lim->v_head_dim, .scale = 1.0f, .dtype = lim->dtype,
+                          .path = MLA_PREFILL_PATH_AUTO};
+    mla_status st = check_shape(fn, &a);
+    const mla_dtype weights[] = {MLA_DTYPE_F32, MLA_DTYPE_BF16, MLA_DTYPE_F16};
+    const int threads = mla_resolve_threads(lim->max_threads);
+    int64_t most = 0;
+    for (size_t i = 0; i < sizeof weights / sizeof weights[0] && st == MLA_OK; i++) {
+        prefill_layout l;
+        a.kv_b_proj_dtype = weights[i];
+        if ((st = layout_of(fn, &a, lim->context_workspace_tokens, threads, &l)) == MLA_OK)
+            most = max64(most, l.total);
+    }
+    if (st == MLA_OK)
+        *bytes = most;
+    return st;
 }
 
 /* ---- checks ---------------------------------------------------------------- */
@@ -248,10 +281,18 @@ static mla_status check_blocks(const char *fn, const mla_prefill_args *a, const 
     return st;
 }
 
+/* Where the context chunks are gathered: the caller's context_workspace,
+ * else the plan's own. */
+static void *gather_rows(const mla_prefill_args *a, const mla_chunk_plan_info *p)
+{
+    return a->context_workspace ? a->context_workspace : p->workspace;
+}
+
 /* The plan was made for this batch: the same prefills and with-context
  * count, prefill_tokens_with_context, each request's chunks tiling its
- * context from 0 in order, every chunk within the workspace, which has
- * the cache rows' width and the op's dtype. */
+ * context from 0 in order, every chunk within the workspace W; without the
+ * caller's context_workspace the plan has its own, of the cache rows'
+ * width and the op's dtype. */
 static mla_status check_plan(const char *fn, const mla_prefill_args *a, int64_t n_ctx)
 {
     if (!a->plan)
@@ -287,10 +328,10 @@ static mla_status check_plan(const char *fn, const mla_prefill_args *a, int64_t 
             return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: the plan's chunk %lld has %d rows, "
                             "past its workspace of %lld", fn, (long long)i, p.seq_tot[i],
                             (long long)p.workspace_tokens);
-    if (!p.workspace || p.workspace_width != a->kv_lora_rank + a->rope_dim ||
-        p.workspace_dtype != a->dtype)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: the plan needs a workspace of width %lld "
-                        "in %s (it has %s, width %lld, %s)", fn,
+    if (!a->context_workspace && (!p.workspace || p.workspace_width != a->kv_lora_rank + a->rope_dim ||
+                                  p.workspace_dtype != a->dtype))
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: context_workspace is NULL, so the plan needs "
+                        "a workspace of width %lld in %s (it has %s, width %lld, %s)", fn,
                         (long long)(a->kv_lora_rank + a->rope_dim), mla_dtype_name(a->dtype),
                         p.workspace ? "one" : "none", (long long)p.workspace_width,
                         mla_dtype_name(p.workspace_dtype));
@@ -437,15 +478,15 @@ static mla_span ints_span(const int32_t *p, int64_t n)
     return p && n > 0 ? (mla_span){(const char *)p, (const char *)(p + n)} : (mla_span){NULL, NULL};
 }
 
-/* The workspace shares no byte with any other buffer of the call: each step
- * checks its operands, workspace regions among them, only once the steps
- * before it have written. */
+/* The workspace, and the caller's context_workspace, share no byte with
+ * any other buffer of the call: each step checks its operands, workspace
+ * regions among them, only once the steps before it have written. */
 static mla_status check_workspace_apart(const char *fn, const mla_prefill_args *a,
                                         const mla_kv_cache *c, const paths *p,
                                         const prefill_buffers *b, const void *workspace,
                                         int64_t bytes)
 {
-    const int64_t B = a->num_prefills;
+    const int64_t B = a->num_prefills, width = a->kv_lora_rank + a->rope_dim;
     mla_chunk_plan_info plan = {0};
     if (p->mha_context)
         mla_chunk_plan_info_get(a->plan, &plan);
@@ -457,20 +498,22 @@ static mla_status check_workspace_apart(const char *fn, const mla_prefill_args *
         {"w_uk_t", b->w_uk_t}, {"w_uv", b->w_uv},
         {"the cache", mla_view_span(c->data, c->num_blocks, c->block_size, c->width,
                                     c->block_stride, c->entry_stride, c->dtype)},
-        {"the plan's workspace", mla_view_span(plan.workspace, plan.workspace_tokens, 1,
-                                               plan.workspace_width, plan.workspace_width, 0,
-                                               plan.workspace_dtype)},
         {"query_start_loc", ints_span(a->query_start_loc, B + 1)},
         {"context_lens", ints_span(a->context_lens, B)},
         {"block_table", ints_span(a->block_table, B * a->block_table_cols)},
+        {"the context workspace", mla_view_span(gather_rows(a, &plan), plan.workspace_tokens, 1,
+                                                width, width, 0, a->dtype)},
     };
+    enum { OTHERS = sizeof others / sizeof others[0], CONTEXT = OTHERS - 1 };
     const mla_span ws = {workspace, (const char *)workspace + bytes};
-    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
-        mla_status st = mla_check_apart(fn, "workspace", ws, others[i].name, others[i].span);
-        if (st != MLA_OK)
-            return st;
-    }
-    return MLA_OK;
+    mla_status st = MLA_OK;
+    for (int i = 0; i < OTHERS && st == MLA_OK; i++)
+        st = mla_check_apart(fn, "workspace", ws, others[i].name, others[i].span);
+    /* the plan's own is the library's; the caller's may be anything */
+    for (int i = 0; i < CONTEXT && st == MLA_OK && a->context_workspace; i++)
+        st = mla_check_apart(fn, "context_workspace", others[CONTEXT].span, others[i].name,
+                             others[i].span);
+    return st;
 }
 
 /* ---- the paths ----------------------------------------------------------- */
@@ -583,8 +626,8 @@ static mla_status run_context(const prefill_run *x, int64_t *K)
                                 .block_table_cols = a->block_table_cols,
                                 .num_reqs = a->num_prefills, .cu_seq_lens = cu_k,
                                 .seq_starts = p.starts + i * a->num_prefills};
-        const char *rows = p.workspace;
-        if ((st = mla_gather_cache(a->cache, &spec, token_to_seq, S, p.workspace, a->dtype, width,
+        const char *rows = gather_rows(a, &p);
+        if ((st = mla_gather_cache(a->cache, &spec, token_to_seq, S, (void *)rows, a->dtype, width,
                                    x->threads)) != MLA_OK ||
             (st = up_project(x, S, rows, width, kv)) != MLA_OK ||
             (st = attend(x, false, cu_k, S, kv, rows + L * elem, width, first ? acc : chunk,
@@ -660,7 +703,7 @@ static mla_status prefill(const mla_prefill_args *args, void *workspace, int64_t
     if (st != MLA_OK)
         return st;
     prefill_run x = {.a = args, .threads = mla_resolve_threads(threads)};
-    if ((st = layout_of(fn, args, x.threads, &x.l)) != MLA_OK ||
+    if ((st = layout_of(fn, args, plan_tokens(args), x.threads, &x.l)) != MLA_OK ||
         (st = mla_check_workspace(fn, workspace, workspace_bytes, x.l.total)) != MLA_OK ||
         (st = check_workspace_apart(fn, args, &c, &p, &b, workspace, x.l.total)) != MLA_OK)
         return st;

@@ -1,5 +1,4 @@
-/* What one public op lends another inside the dispatch floor: the trace
- * names a forward's attention as a decode's; the prefill
+/* What one public op lends another inside the dispatch floor: the prefill
  * op sizes the absorbed decode forward it runs for its short extends,
  * checks a packed kv_b_proj before it runs the up-projection, and picks
  * the backend of every op it will run before it writes anything. */
@@ -8,11 +7,6 @@
 
 #include "checks.h"
 #include "mla_backend.h"
-
-/* The attention of a forward call as decode args: its sizes, dtype,
- * cache, table, lengths, lse and schedule, without query and output rows
- * (the trace names a forward's attention by it, too). */
-mla_decode_args mla_decode_forward_shape(const mla_decode_forward_args *f);
 
 /* Workspace bytes of mla_decode_forward for attention `shape` (its sizes,
  * q_dtype, seq_lens and sched are read; no other pointer) with GEMM dims

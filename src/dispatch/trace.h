@@ -26,7 +26,7 @@ void mla_trace_decode(double start, mla_status st, const mla_decode_args *args, 
 void mla_trace_prepare_weights(double start, mla_status st, mla_dtype src_dtype,
                                int64_t num_heads, int64_t kv_lora_rank, int64_t qk_nope_dim,
                                int64_t v_head_dim, mla_dtype w_dtype, int threads);
-/* attn: the forward's attention as a decode's (mla_decode_forward_shape),
+/* attn: the forward's attention as a decode's (as mla_decode_forward's checks see it),
  * NULL with args */
 void mla_trace_decode_forward(double start, mla_status st, const mla_decode_forward_args *args,
                               const mla_decode_args *attn, int threads);
