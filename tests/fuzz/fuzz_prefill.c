@@ -403,7 +403,9 @@ static void run_merge(fz *f)
     const double u = dt == MLA_DTYPE_F32 ? 0.0 : fz_unit(dt);
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
-            const double tol = (4 * 0x1p-24 + u) * mag[h * T + t] + fz_subnormal_error(dt);
+            /* f32: the two weights' exps (each a few units of rounding), their
+             * sum, the division, the products and the add */
+            const double tol = (12 * 0x1p-24 + u) * mag[h * T + t] + fz_subnormal_error(dt);
             for (int64_t d = 0; d < D; d++) {
                 const double got = fz_load(dt, ob_buf->p, t * o_ts + h * o_hs + d, 1.0f);
                 const double w = want[(t * H + h) * D + d];
@@ -857,20 +859,29 @@ static void run_prefill(fz *f)
     const char *dec = fz_backend_for(f, MLA_OP_DECODE, cfg_ok ? &cfg_dec : NULL);
     fz_backend(f, MLA_OP_CONVERT);
     /* the plan, for this batch and a workspace of L + R in dt (hostile:
-     * none, or one of another width or dtype) */
+     * none, or one of another width or dtype); or a lean plan with the
+     * caller's context_workspace (hostile: over q) */
     mla_chunk_plan *plan = NULL;
-    const uint8_t plan_mode = f->hostile ? fz_u8(f) % 8 : 7;
+    const uint8_t plan_mode = f->hostile ? fz_u8(f) % 8 : 7, rows_mode = fz_u8(f) % 4;
+    const bool caller_rows = rows_mode >= 2, rows_over_q = rows_mode == 3 && f->hostile;
+    fz_buf *rows = NULL;
     if (batch_ok && n_ctx > 0 && plan_mode > 0) {
         const int64_t W = fz_mul(fz_mul(n_ctx, bs), 1 + fz_in(f, 0, 3));
         if (W < 0 || W > 4096)
             return; /* an edge block size: a plan too large to make */
         const int64_t width = plan_mode == 1 ? L + R + 1 : L + R;
         const mla_dtype pdt = plan_mode == 2 ? (dt == MLA_DTYPE_F32 ? MLA_DTYPE_BF16 : MLA_DTYPE_F32) : dt;
-        if (mla_chunk_plan_create(ctx, qsl, B, W, bs, width, pdt, &plan) != MLA_OK)
-            fz_fail("mla_chunk_plan_create: %s", mla_last_error());
+        if ((caller_rows ? mla_chunk_plan_create_lean(ctx, qsl, B, W, bs, 0, dt, &plan)
+                         : mla_chunk_plan_create(ctx, qsl, B, W, bs, width, pdt, &plan)) != MLA_OK)
+            fz_fail("mla_chunk_plan_create%s: %s", caller_rows ? "_lean" : "", mla_last_error());
         fz_at_end(destroy_plan, plan);
+        if (caller_rows && dims_ok && !(rows = fz_alloc("context_workspace",
+                                                         (size_t)(W * (L + R) * el), fz_u8(f), true)))
+            return;
     }
     a.plan = plan;
+    if (rows)
+        a.context_workspace = rows_over_q ? q->p : rows->p;
     if (use_packed && dims_ok && is_float(kvb_dt) && is_float(dt) && fz_backend_takes(pre, MLA_OP_PREFILL, &cfg_up)) {
         mla_up_proj_args u = {.num_heads = H, .kv_lora_rank = L, .qk_nope_dim = P, .v_head_dim = V,
                               .kv_b_proj = kvb->p, .w_dtype = kvb_dt, .kv_c_dtype = dt,
@@ -895,7 +906,9 @@ static void run_prefill(fz *f)
                           e);
         }
         if (mha_ctx)
-            e = fz_unless(plan_mode < 3, e);
+            e = fz_unless(caller_rows ? plan_mode == 0 || !rows || (rows_over_q && !no_q)
+                                      : plan_mode < 3,
+                          e);
         if (absorbed) {
             e = fz_unless(no_uk || no_uv || (w_dt != MLA_DTYPE_F32 && w_dt != MLA_DTYPE_BF16), e);
             e = fz_unless(!fz_backend_takes(dec, MLA_OP_DECODE, &cfg_dec), e);
@@ -928,6 +941,8 @@ static void run_prefill(fz *f)
     fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT)
         fz_allow_rows(out, 0, T, o_stride, H * V, el);
+    if (e != FZ_REJECT && rows && !rows_over_q)
+        fz_allow(rows, 0, rows->bytes);
     fz_before();
     st = mla_prefill(no_args ? NULL : &a, no_ws ? NULL : ws->p, given, threads);
     if (!fz_after("mla_prefill", st, e, absorbed ? dec : mha ? pre : NULL))
