@@ -224,6 +224,52 @@ static void test_decode_line(void **state)
     expect_line(out, "mla_decode", "none", "none", ",q=bf16,cache=bf16,B=1,", 2, "out_of_range");
 }
 
+/* The up-projection's route is the GEMM route the call took: f32 for f32
+ * operands; for bf16 ones the route packing kv_b_proj ahead took too. */
+static const char *up_proj_route(mla_dtype dtype, bool packed, char *route, size_t size)
+{
+    enum { S = 3, H = 2, L = 8, P = 4, V = 4 };
+    static float buf[4 * H * (P + V) * L];
+    static unsigned char packed_w[16384], workspace[1 << 20];
+    mla_up_proj_args a = {.num_tokens = S, .num_heads = H, .kv_lora_rank = L, .qk_nope_dim = P,
+                          .v_head_dim = V, .kv_c = buf, .kv_c_dtype = dtype, .kv_c_stride = L,
+                          .kv_b_proj = buf + S * L, .w_dtype = dtype, .k_nope = buf + 2 * H * (P + V) * L,
+                          .k_nope_token_stride = H * P, .k_nope_head_stride = P,
+                          .v = buf + 3 * H * (P + V) * L, .v_token_stride = H * V, .v_head_stride = V,
+                          .out_dtype = dtype};
+    char out[OUT_LEN];
+    int64_t bytes;
+    capture c = capture_begin();
+    if (packed) {
+        assert_int_equal(mla_pack_kv_b_proj_size(&a, &bytes), MLA_OK);
+        assert_true(bytes <= (int64_t)sizeof packed_w);
+        assert_int_equal(mla_pack_kv_b_proj(&a, packed_w, bytes, 1), MLA_OK);
+    } else {
+        assert_int_equal(mla_up_proj_workspace_size(&a, 1, &bytes), MLA_OK);
+        assert_true(bytes <= (int64_t)sizeof workspace);
+        assert_int_equal(mla_up_proj(&a, workspace, bytes, 1), MLA_OK);
+    }
+    capture_end(&c, out, sizeof out);
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, packed ? "mla_verbose,exec,mla_pack_kv_b_proj,"
+                                       : "mla_verbose,exec,mla_up_proj,"));
+    return field(out, "route", route, size);
+}
+
+static void test_up_proj_route(void **state)
+{
+    (void)state;
+    char route[32], packed_route[32];
+    support_setenv("MLA_VERBOSE", "1");
+    assert_string_equal(up_proj_route(MLA_DTYPE_F32, false, route, sizeof route), "f32");
+    assert_string_equal(up_proj_route(MLA_DTYPE_F32, true, route, sizeof route), "f32");
+    up_proj_route(MLA_DTYPE_BF16, false, route, sizeof route);
+    up_proj_route(MLA_DTYPE_BF16, true, packed_route, sizeof packed_route);
+    assert_string_equal(route, packed_route);
+    assert_true(strcmp(route, "f32") == 0 || strcmp(route, "bf16-dot") == 0 ||
+                strcmp(route, "amx-bf16") == 0);
+}
+
 static void test_builder_line(void **state)
 {
     (void)state;
@@ -358,6 +404,7 @@ int main(void)
         cmocka_unit_test_setup(test_op_line, clean_state),
         cmocka_unit_test_setup(test_rejected_call_line, clean_state),
         cmocka_unit_test_setup(test_decode_line, clean_state),
+        cmocka_unit_test_setup(test_up_proj_route, clean_state),
         cmocka_unit_test_setup(test_builder_line, clean_state),
         cmocka_unit_test_setup(test_line_per_call, clean_state),
         cmocka_unit_test_setup(test_max_isa_levels, clean_state),

@@ -250,9 +250,12 @@ static mla_status up_proj(const mla_up_proj_args *args, void *workspace,
     pack_header h = {0};
     if (args->kv_b_proj_packed)
         memcpy(&h, args->kv_b_proj_packed, sizeof h);
+    const bool dot = args->kv_b_proj_packed ? h.dot : mla_gemm_packed_dot(k, args->kv_c_dtype,
+                                                                          args->w_dtype);
     mla_up_proj_run(k, args, args->kv_b_proj_packed ? (const char *)args->kv_b_proj_packed +
                     PACK_HEADER : NULL, h.dot, workspace, t);
     mla_note_backend(backend);
+    mla_note_route(mla_gemm_packed_route_name(k, dot));
     return MLA_OK;
 }
 
@@ -324,6 +327,7 @@ static mla_status pack_kv_b_proj(const mla_up_proj_args *args, void *packed, int
     mla_up_proj_pack_run(p.kern, args, p.dot, (char *)packed + PACK_HEADER,
                          mla_resolve_threads(threads));
     mla_note_backend(p.backend);
+    mla_note_route(mla_gemm_packed_route_name(p.kern, p.dot));
     return MLA_OK;
 }
 

@@ -102,6 +102,7 @@ static mla_amx_request_fn *amx_request;
 static dispatch_state g;
 
 static _Thread_local char last_backend[NAME_LEN];
+static _Thread_local const char *last_route; /* a string literal of the kernels */
 
 static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void log_line(const char *fmt, ...)
@@ -821,6 +822,17 @@ mla_status mla_dispatch(mla_op op, const mla_config *cfg, const mla_kernels **ke
 void mla_note_backend(const char *name)
 {
     snprintf(last_backend, sizeof last_backend, "%s", name);
+    last_route = NULL;
+}
+
+void mla_note_route(const char *name)
+{
+    last_route = name;
+}
+
+const char *mla_last_route(void)
+{
+    return last_route;
 }
 
 const char *mla_last_backend(void)

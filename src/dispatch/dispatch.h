@@ -38,6 +38,12 @@ mla_status mla_dispatch(mla_op op, const mla_config *cfg, const mla_kernels **ke
 /* Records the backend that ran the calling thread's op (mla_last_backend). */
 void mla_note_backend(const char *name);
 
+/* The route the calling thread's last op noted, for the ops whose route
+ * only the call itself settles (a packed kv_b_proj records its own): NULL
+ * until noted; mla_note_backend clears it. */
+void mla_note_route(const char *name);
+const char *mla_last_route(void);
+
 /* Forget detection, environment, forced choices and registrations, so the
  * next call initializes again. For tests; not thread-safe. */
 void mla_dispatch_reset(void);

@@ -5,6 +5,7 @@
 #include "trace.h"
 
 #include "checks.h"
+#include "dispatch.h"
 #include "core/trace.h"
 #include "kernels/common/decode.h"
 #include "kernels/common/flash_attn.h"
@@ -18,6 +19,12 @@
 static const char *ran(mla_status st)
 {
     return st == MLA_OK ? mla_last_backend() : NULL;
+}
+
+/* The route it noted (the ops whose call settles it). */
+static const char *ran_route(mla_status st)
+{
+    return st == MLA_OK ? mla_last_route() : NULL;
 }
 
 static const mla_kernels *kernels_of(const char *backend)
@@ -170,7 +177,7 @@ void mla_trace_up_proj(double start, mla_status st, const mla_up_proj_args *args
         mla_trace_end(start, "mla_up_proj", ran(st), NULL, mla_resolve_threads(threads), st,
                       "args=null");
     else
-        mla_trace_end(start, "mla_up_proj", ran(st), NULL, mla_resolve_threads(threads), st,
+        mla_trace_end(start, "mla_up_proj", ran(st), ran_route(st), mla_resolve_threads(threads), st,
                       "kv_c=%s,w=%s,out=%s,S=%lld,H=%lld,L=%lld,P=%lld,V=%lld,packed=%d",
                       mla_dtype_name(args->kv_c_dtype), mla_dtype_name(args->w_dtype),
                       mla_dtype_name(args->out_dtype), (long long)args->num_tokens,
@@ -186,8 +193,8 @@ void mla_trace_pack_kv_b_proj(double start, mla_status st, const mla_up_proj_arg
         mla_trace_end(start, "mla_pack_kv_b_proj", ran(st), NULL, mla_resolve_threads(threads), st,
                       "args=null");
     else
-        mla_trace_end(start, "mla_pack_kv_b_proj", ran(st), NULL, mla_resolve_threads(threads), st,
-                      "kv_c=%s,w=%s,H=%lld,L=%lld,P=%lld,V=%lld", mla_dtype_name(args->kv_c_dtype),
+        mla_trace_end(start, "mla_pack_kv_b_proj", ran(st), ran_route(st),
+                      mla_resolve_threads(threads), st, "kv_c=%s,w=%s,H=%lld,L=%lld,P=%lld,V=%lld", mla_dtype_name(args->kv_c_dtype),
                       mla_dtype_name(args->w_dtype), (long long)args->num_heads,
                       (long long)args->kv_lora_rank, (long long)args->qk_nope_dim,
                       (long long)args->v_head_dim);

@@ -149,6 +149,11 @@ static packed route_of(const mla_kernels *kern, const mla_packed_gemm *g, bool d
                     .nr = mla_gemm_packed_strip(kern, dot), .k2 = mla_round_up(g->k, 2)};
 }
 
+const char *mla_gemm_packed_route_name(const mla_kernels *kern, bool dot)
+{
+    return !dot ? "f32" : kern->gemm_bf16tile ? "amx-bf16" : "bf16-dot";
+}
+
 static void *at(const packed *pk, void *base, int64_t offset)
 {
     return pk->dot ? (void *)((uint16_t *)base + offset) : (void *)((float *)base + offset);

@@ -68,6 +68,10 @@ bool mla_gemm_packed_workspace(int64_t m, int64_t n, int64_t k, bool w_packed, i
  * and W bf16 and the backend has gemm_bf16tile or gemm_bf16dot. */
 bool mla_gemm_packed_dot(const mla_kernels *kern, mla_dtype a_dtype, mla_dtype w_dtype);
 
+/* The route's name, as the trace prints it (decode's names): "amx-bf16"
+ * (tiles), "bf16-dot" (the other pair route) or "f32". */
+const char *mla_gemm_packed_route_name(const mla_kernels *kern, bool dot);
+
 /* Columns per packed strip of W on kern's route (dot: a bf16 pair route):
  * MLA_PACKED_GEMM_NC on the tile route, MLA_PACKED_GEMM_NR otherwise. A W
  * packed ahead is only valid for a route of the same strip. */
