@@ -557,9 +557,9 @@ static void run_up_proj(fz *f)
             } else {
                 a.num_heads = fz_edge(f, H + 1);
             }
-            e = a.num_heads == H ? FZ_EITHER : FZ_REJECT; /* a spoiled unused byte is fine */
-            if (a.num_heads != H && a.num_heads >= 1 && a.num_heads <= 3)
-                e = FZ_REJECT;
+            /* another shape is refused; a spoiled byte may be one the check
+             * does not read; either way a call refused already stays so */
+            e = fz_and(e, a.num_heads == H ? FZ_EITHER : FZ_REJECT);
         }
         if (fz_bit(f))
             a.kv_b_proj = NULL; /* read from the packing instead */
