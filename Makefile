@@ -7,7 +7,10 @@
 #   make run             the main job (build/mla_run)
 #   make test            every cmocka suite (+ the exported-symbol and layer checks,
 #                        mla_bench's smoke run: tools/bench_smoke.sh, the example
-#                        programs, README.md's commands and quotes: check-readme)
+#                        programs, README.md's commands and quotes: check-readme,
+#                        README.md's reject table: check-reject-table, python/'s
+#                        tests: test-python)
+#   make reject-table    rewrite README.md's reject table from the suites
 #   make test-neon       the suites cross-compiled for AArch64, under qemu
 #   make test-asan / test-ubsan / test-tsan   the suites under a sanitizer
 #   make fuzz            every libFuzzer target for FUZZ_SECONDS (clang)
@@ -242,8 +245,9 @@ test-asan:
 test-ubsan:
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(MAKE) CC=clang BUILD=$(BUILD)/ubsan \
 	  CFLAGS="$(SAN_CFLAGS) -fsanitize=undefined -fno-sanitize-recover=undefined" suites
-ARCHER := $(shell d=$$(dirname $$(readlink -f $$(command -v clang)))/../lib/libarcher.so; \
-                   [ -f "$$d" ] && readlink -f "$$d")
+# (= not :=: only test-tsan looks for clang, so a gcc-only machine's make prints nothing)
+ARCHER = $(shell c=$$(command -v clang) && d=$$(dirname $$(readlink -f $$c))/../lib/libarcher.so && \
+                  [ -f "$$d" ] && readlink -f "$$d")
 test-tsan:
 	@[ -n "$(ARCHER)" ] || { echo "test-tsan: libarcher.so not found: apt-get install libomp-dev"; exit 1; }
 	OMP_TOOL_LIBRARIES=$(ARCHER) TSAN_OPTIONS=halt_on_error=1:ignore_noninstrumented_modules=1:allocator_may_return_null=1 \

@@ -27,11 +27,12 @@ peaks_of(backend) = "< grep -e '^threads' -e '^[0-9]*,".backend.",' ".dir."/peak
 amx_threads(on) = on ? ", '".dir."/amx_peak.csv' using 'threads':'gflops' with linespoints dt 4 title 'AMX-BF16 peak'" : ""
 amx_level(on) = on ? sprintf(", %g with lines dt 4 title 'AMX-BF16 peak'", amx_peak) : ""
 
-# ---- decode -----------------------------------------------------------------
 decode_amx_threads = amx_threads(decode_amx)
 decode_amx_level = amx_level(decode_amx)
 prefill_amx_threads = amx_threads(prefill_amx)
 prefill_amx_level = amx_level(prefill_amx)
+
+# ---- decode -----------------------------------------------------------------
 set y2label "GB/s"
 set y2range [0:*]
 set ytics nomirror

@@ -62,7 +62,7 @@ PLOT_DECODE_ARGS=${PLOT_DECODE_ARGS:---batch 1 --heads 16}
 PLOT_PREFILL_ARGS=${PLOT_PREFILL_ARGS:---tokens 64 --heads 16}
 most_threads=$(printf '%s\n' $PLOT_THREADS | sort -n | tail -n 1)
 
-# csv and bench are used by both steps; the sweeps write PLOT_DIR's CSV
+# csv serves both steps, bench the sweeps; the sweeps write PLOT_DIR's CSV
 # files and meta.json, the rendering reads them.
 # csv OP KEY...: the KEY columns of stdin's JSON rows whose op is OP, with a
 # header line. mla_bench's rows are flat objects of numbers and plain strings.
@@ -81,7 +81,8 @@ csv() {
         field($0, "op") == op { for (i = 1; i <= n; i++) printf "%s%s", field($0, k[i]), i < n ? "," : "\n" }'
 }
 
-# bench ARGS...: one mla_bench --json run; its metadata line is kept once.
+# bench ARGS...: one mla_bench --json run, its lines also appended to
+# runs.jsonl (whose first metadata line becomes meta.json).
 bench() {
     echo "  mla_bench $*" >&2
     "$BENCH" "$@" --json --reps "$PLOT_REPS" | tee -a "$PLOT_DIR/runs.jsonl"

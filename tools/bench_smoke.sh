@@ -25,8 +25,10 @@ fail() {
 # run ARGS...: mla_bench ARGS into $out; a failure is reported with its stderr.
 run() {
     cases=$((cases + 1))
-    if ! $runner "$bench" "$@" > "$out" 2> "$out.err"; then
-        fail "mla_bench $* exited $?: $(tail -n 3 "$out.err")"
+    local status=0
+    $runner "$bench" "$@" > "$out" 2> "$out.err" || status=$?
+    if [ "$status" -ne 0 ]; then
+        fail "mla_bench $* exited $status: $(tail -n 3 "$out.err")"
         rm -f "$out.err"
         return 1
     fi

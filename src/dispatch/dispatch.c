@@ -481,19 +481,20 @@ static void log_state(const registry_view *v)
     const mla_config cfg = mla_config_default();
     for (int op = 0; op < MLA_OP_COUNT; op++) {
         const mla_backend_desc *b = NULL;
+        const mla_config *c = op == MLA_OP_CONVERT ? NULL : &cfg; /* convert takes any */
         if (g.op_status[op] != MLA_OK)
             log_line("%s: error: %s", mla_op_name(op), g.op_error[op]);
-        else if (op == MLA_OP_CONVERT && select_ready((mla_op)op, NULL, CHECK_ALL, &b) == MLA_OK)
+        else if (select_ready((mla_op)op, c, CHECK_ALL, &b) != MLA_OK)
+            log_line("%s: error: %s", mla_op_name(op), mla_last_error());
+        else if (!c)
             log_line("%s -> %s%s", mla_op_name(op), b->name, g.forced[op][0] ? " (forced)" : "");
-        else if (op != MLA_OP_CONVERT && select_ready((mla_op)op, &cfg, CHECK_ALL, &b) == MLA_OK)
+        else
             log_line("%s -> %s%s (route %s) for q %s, cache %s, L=%lld, R=%lld, heads=%lld, "
                      "block_size=%lld; other configs may differ", mla_op_name(op), b->name,
                      g.forced[op][0] ? " (forced)" : "", config_route(&b->kernels, &cfg)->name,
                      mla_dtype_name(cfg.q_dtype), mla_dtype_name(cfg.cache_dtype),
                      (long long)cfg.kv_lora_rank, (long long)cfg.rope_dim,
                      (long long)cfg.num_heads, (long long)cfg.block_size);
-        else
-            log_line("%s: error: %s", mla_op_name(op), mla_last_error());
     }
     log_line("threads: %d (omp_get_max_threads)", omp_get_max_threads());
 }

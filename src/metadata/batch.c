@@ -537,7 +537,7 @@ mla_status mla_build_batch_metadata(const mla_request *reqs, int64_t num_reqs,
         return build_batch(fn, reqs, num_reqs, layout, NULL, md);
     double start = mla_trace_begin();
     mla_status st = build_batch(fn, reqs, num_reqs, layout, NULL, md);
-    mla_trace_build_batch_metadata(start, st, num_reqs);
+    mla_trace_batch_builder(start, "mla_build_batch_metadata", st, num_reqs);
     return st;
 }
 
@@ -552,7 +552,7 @@ mla_status mla_build_batch_metadata_append(const mla_request *reqs, int64_t num_
         return build_batch(fn, reqs, num_reqs, layout, &rows, md);
     double start = mla_trace_begin();
     mla_status st = build_batch(fn, reqs, num_reqs, layout, &rows, md);
-    mla_trace_build_batch_metadata_append(start, st, num_reqs);
+    mla_trace_batch_builder(start, "mla_build_batch_metadata_append", st, num_reqs);
     return st;
 }
 
@@ -581,7 +581,7 @@ mla_status mla_append_block_table(const mla_request *reqs, int64_t num_reqs,
         return append_block_table(reqs, num_reqs, layout, first_new, row_ids, block_table);
     double start = mla_trace_begin();
     mla_status st = append_block_table(reqs, num_reqs, layout, first_new, row_ids, block_table);
-    mla_trace_append_block_table(start, st, num_reqs);
+    mla_trace_batch_builder(start, "mla_append_block_table", st, num_reqs);
     return st;
 }
 
@@ -612,6 +612,6 @@ mla_status mla_update_block_table(const mla_request *reqs, int64_t num_reqs,
         return update_block_table(reqs, num_reqs, layout, md);
     double start = mla_trace_begin();
     mla_status st = update_block_table(reqs, num_reqs, layout, md);
-    mla_trace_update_block_table(start, st, num_reqs);
+    mla_trace_batch_builder(start, "mla_update_block_table", st, num_reqs);
     return st;
 }

@@ -364,21 +364,32 @@ static mla_status create_plan(const char *fn, const int32_t *context_lens,
     return MLA_OK;
 }
 
+/* Both plan builders, traced when MLA_VERBOSE asks. */
+static mla_status create_plan_traced(const char *fn, const int32_t *context_lens,
+                                     const int32_t *query_start_loc, int64_t num_prefills,
+                                     int64_t workspace_tokens, int64_t block_size,
+                                     int64_t workspace_width, mla_dtype workspace_dtype, bool lean,
+                                     mla_chunk_plan **plan)
+{
+    if (!mla_tracing())
+        return create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
+                           block_size, workspace_width, workspace_dtype, lean, plan);
+    double start = mla_trace_begin();
+    mla_status st = create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
+                                block_size, workspace_width, workspace_dtype, lean, plan);
+    mla_trace_chunk_plan_create(start, fn, st, num_prefills, workspace_tokens, block_size,
+                                workspace_width, workspace_dtype);
+    return st;
+}
+
 mla_status mla_chunk_plan_create(const int32_t *context_lens, const int32_t *query_start_loc,
                                  int64_t num_prefills, int64_t workspace_tokens,
                                  int64_t block_size, int64_t workspace_width,
                                  mla_dtype workspace_dtype, mla_chunk_plan **plan)
 {
-    static const char fn[] = "mla_chunk_plan_create";
-    if (!mla_tracing())
-        return create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
-                           block_size, workspace_width, workspace_dtype, false, plan);
-    double start = mla_trace_begin();
-    mla_status st = create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
-                                block_size, workspace_width, workspace_dtype, false, plan);
-    mla_trace_chunk_plan_create(start, st, num_prefills, workspace_tokens, block_size,
-                                workspace_width, workspace_dtype);
-    return st;
+    return create_plan_traced("mla_chunk_plan_create", context_lens, query_start_loc,
+                              num_prefills, workspace_tokens, block_size, workspace_width,
+                              workspace_dtype, false, plan);
 }
 
 mla_status mla_chunk_plan_create_lean(const int32_t *context_lens,
@@ -387,16 +398,9 @@ mla_status mla_chunk_plan_create_lean(const int32_t *context_lens,
                                       int64_t workspace_width, mla_dtype workspace_dtype,
                                       mla_chunk_plan **plan)
 {
-    static const char fn[] = "mla_chunk_plan_create_lean";
-    if (!mla_tracing())
-        return create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
-                           block_size, workspace_width, workspace_dtype, true, plan);
-    double start = mla_trace_begin();
-    mla_status st = create_plan(fn, context_lens, query_start_loc, num_prefills, workspace_tokens,
-                                block_size, workspace_width, workspace_dtype, true, plan);
-    mla_trace_chunk_plan_create_lean(start, st, num_prefills, workspace_tokens, block_size,
-                                     workspace_width, workspace_dtype);
-    return st;
+    return create_plan_traced("mla_chunk_plan_create_lean", context_lens, query_start_loc,
+                              num_prefills, workspace_tokens, block_size, workspace_width,
+                              workspace_dtype, true, plan);
 }
 
 static mla_status chunk_token_to_seq(const mla_chunk_plan *plan, int64_t chunk, int32_t *out,

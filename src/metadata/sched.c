@@ -367,12 +367,14 @@ mla_status mla_decode_sched_slot_bound(const char *fn, int64_t num_reqs, int64_t
                                        const mla_decode_sched_params *params, int64_t *slots)
 {
     sched_cfg cfg = resolve_cfg(params);
-    mla_status st = check_params(fn, params);
+    mla_status st = check_counts(fn, NULL, num_reqs, false); /* the calls' own cap: int32 */
+    if (st == MLA_OK)
+        st = check_params(fn, params);
     if (st != MLA_OK)
         return st;
-    if (num_reqs < 0 || max_seq_len < 0)
-        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: num_reqs %lld, max_seq_len %lld (need >= 0)",
-                        fn, (long long)num_reqs, (long long)max_seq_len);
+    if (max_seq_len < 0)
+        return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: max_seq_len %lld (need >= 0)", fn,
+                        (long long)max_seq_len);
     if (cfg.split_blocks == 0) {
         *slots = num_reqs > 0 ? num_reqs + cfg.num_parts - 1 : 0; /* num_parts <= 2^20 */
         return MLA_OK;

@@ -5,31 +5,14 @@
 
 #include "core/trace.h"
 
-/* Builders run on the calling thread alone. */
+/* Builders take no threads argument and their lines say 1, though the
+ * largest fills (a dense block table, a plan's token_to_seq) split over
+ * OpenMP's default team (batch.c, chunks.c). */
 #define BUILDER_THREADS 1
 
-void mla_trace_build_batch_metadata(double start, mla_status st, int64_t num_reqs)
+void mla_trace_batch_builder(double start, const char *fn, mla_status st, int64_t num_reqs)
 {
-    mla_trace_end(start, "mla_build_batch_metadata", NULL, NULL, BUILDER_THREADS, st, "B=%lld",
-                  (long long)num_reqs);
-}
-
-void mla_trace_update_block_table(double start, mla_status st, int64_t num_reqs)
-{
-    mla_trace_end(start, "mla_update_block_table", NULL, NULL, BUILDER_THREADS, st, "B=%lld",
-                  (long long)num_reqs);
-}
-
-void mla_trace_build_batch_metadata_append(double start, mla_status st, int64_t num_reqs)
-{
-    mla_trace_end(start, "mla_build_batch_metadata_append", NULL, NULL, BUILDER_THREADS, st,
-                  "B=%lld", (long long)num_reqs);
-}
-
-void mla_trace_append_block_table(double start, mla_status st, int64_t num_reqs)
-{
-    mla_trace_end(start, "mla_append_block_table", NULL, NULL, BUILDER_THREADS, st, "B=%lld",
-                  (long long)num_reqs);
+    mla_trace_end(start, fn, NULL, NULL, BUILDER_THREADS, st, "B=%lld", (long long)num_reqs);
 }
 
 void mla_trace_reorder_batch(double start, mla_status st, int64_t num_reqs, int64_t threshold)
@@ -44,31 +27,15 @@ void mla_trace_split_batch(double start, mla_status st, int64_t num_reqs, int64_
                   "B=%lld,threshold=%lld", (long long)num_reqs, (long long)threshold);
 }
 
-/* A chunk plan builder's line: its sizes. */
-static void chunk_plan_line(double start, const char *fn, mla_status st, int64_t num_prefills,
-                            int64_t workspace_tokens, int64_t block_size, int64_t workspace_width,
-                            mla_dtype workspace_dtype)
+void mla_trace_chunk_plan_create(double start, const char *fn, mla_status st,
+                                 int64_t num_prefills, int64_t workspace_tokens,
+                                 int64_t block_size, int64_t workspace_width,
+                                 mla_dtype workspace_dtype)
 {
     mla_trace_end(start, fn, NULL, NULL, BUILDER_THREADS, st,
                   "B=%lld,W=%lld,block_size=%lld,width=%lld,dtype=%s", (long long)num_prefills,
                   (long long)workspace_tokens, (long long)block_size, (long long)workspace_width,
                   mla_dtype_name(workspace_dtype));
-}
-
-void mla_trace_chunk_plan_create(double start, mla_status st, int64_t num_prefills,
-                                 int64_t workspace_tokens, int64_t block_size,
-                                 int64_t workspace_width, mla_dtype workspace_dtype)
-{
-    chunk_plan_line(start, "mla_chunk_plan_create", st, num_prefills, workspace_tokens, block_size,
-                    workspace_width, workspace_dtype);
-}
-
-void mla_trace_chunk_plan_create_lean(double start, mla_status st, int64_t num_prefills,
-                                      int64_t workspace_tokens, int64_t block_size,
-                                      int64_t workspace_width, mla_dtype workspace_dtype)
-{
-    chunk_plan_line(start, "mla_chunk_plan_create_lean", st, num_prefills, workspace_tokens,
-                    block_size, workspace_width, workspace_dtype);
 }
 
 void mla_trace_chunk_token_to_seq(double start, mla_status st, int64_t chunk, int64_t out_len)

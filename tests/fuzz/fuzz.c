@@ -274,27 +274,6 @@ static bool valid_dtype(mla_dtype dtype)
     return (unsigned)dtype < MLA_DTYPE_COUNT;
 }
 
-/* Bits of an element widened to f32 (fp8 times scale). */
-static uint32_t widen_bits(mla_dtype dtype, const void *array, int64_t i, float scale)
-{
-    switch (dtype) {
-    case MLA_DTYPE_F32: {
-        uint32_t u;
-        memcpy(&u, (const char *)array + 4 * i, 4);
-        return u;
-    }
-    case MLA_DTYPE_BF16:
-    case MLA_DTYPE_F16: {
-        uint16_t h;
-        memcpy(&h, (const char *)array + 2 * i, 2);
-        return oracle_widen16(dtype == MLA_DTYPE_BF16 ? &ORACLE_BF16 : &ORACLE_F16, h);
-    }
-    default:
-        return oracle_fp8_widen(dtype == MLA_DTYPE_FP8_E4M3 ? &ORACLE_E4M3 : &ORACLE_E5M2,
-                                ((const uint8_t *)array)[i], scale);
-    }
-}
-
 void fz_convert_ref(mla_dtype dst_dt, void *dst, int64_t i, mla_dtype src_dt, const void *src,
                     int64_t j, float scale)
 {
@@ -303,7 +282,7 @@ void fz_convert_ref(mla_dtype dst_dt, void *dst, int64_t i, mla_dtype src_dt, co
         memcpy((char *)dst + i * dsize, (const char *)src + j * dsize, (size_t)dsize);
         return;
     }
-    float x = oracle_f32_from(widen_bits(src_dt, src, j, scale));
+    float x = fz_load(src_dt, src, j, scale);
     if (dst_dt == MLA_DTYPE_F32) {
         memcpy((char *)dst + 4 * i, &x, 4);
     } else if (dsize == 2) {

@@ -585,8 +585,7 @@ static void run_up_proj(fz *f)
     if (!ws)
         return;
     const bool no_ws = ws_mode >= 16 && ws_mode < 24;
-    if (e != FZ_REJECT && (no_ws || given < need))
-        e = FZ_REJECT;
+    e = fz_unless(no_ws || given < need, e);
     fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT) {
         if (interleaved) {
@@ -936,8 +935,7 @@ static void run_prefill(fz *f)
     if (!ws)
         return;
     const bool no_ws = ws_mode >= 16 && ws_mode < 24;
-    if (e != FZ_REJECT && (no_ws || given < need))
-        e = FZ_REJECT;
+    e = fz_unless(no_ws || given < need, e);
     fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT)
         fz_allow_rows(out, 0, T, o_stride, H * V, el);

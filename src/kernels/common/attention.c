@@ -42,7 +42,7 @@ void mla_attn_softmax_tile(const mla_kernels *k, const mla_attn_rows *st, float 
  * first ones, up to the last key its first row sees. */
 static int64_t seen_by_all(const mla_attn_causal *c, int64_t key0, int64_t n)
 {
-    int64_t seen = c->last_key0 + c->row0 / c->rows_per_query + 1 - key0;
+    int64_t seen = mla_attn_causal_end(c, 1) - key0; /* the first row's end */
     return seen < 0 ? 0 : seen < n ? seen : n;
 }
 

@@ -4,6 +4,7 @@
 #include "core/policy.h"
 #include "core/size.h"
 #include "elementwise.h"
+#include "kernels/kernels.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -80,11 +81,11 @@ static void pack_q_raw(const mla_attn_route *route, const mla_kernels *k, void *
     }
     uint16_t *out = qt;
     for (int64_t r = 0; r < q->nr; r++) {
-        /* the caller's rows may start at any byte (mla.h): copied, not loaded */
+        /* the caller's rows may start at any byte (mla.h) */
         const char *nope = q->nope[r], *pe = q->pe[r];
         for (int64_t e = 0; e < d; e++)
-            memcpy(&out[(e / pair) * pair * ld + pair * (q->r0 + r) + e % pair],
-                   e < l ? nope + 2 * e : pe + 2 * (e - l), 2);
+            out[(e / pair) * pair * ld + pair * (q->r0 + r) + e % pair] =
+                mla_load_u16(e < l ? nope + 2 * e : pe + 2 * (e - l));
     }
 }
 

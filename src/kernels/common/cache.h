@@ -1,6 +1,7 @@
-/* Drivers of the paged-cache ops (docs/semantics.md §3): row addressing, dtype conversion
- * through the backend's kernels, OpenMP over rows. Arguments arrive checked
- * (src/dispatch/api_cache.c) with the cache strides resolved. */
+/* Drivers of the paged-cache ops (docs/semantics.md §3): row addressing,
+ * dtype conversion through the backend's kernels, rows split over threads
+ * (core/parallel.h). Arguments arrive checked (src/dispatch/api_cache.c)
+ * with the cache strides resolved. */
 #ifndef MLA_COMMON_CACHE_H
 #define MLA_COMMON_CACHE_H
 

@@ -1,5 +1,5 @@
 /* Driver of merge_attn_states (docs/semantics.md §4): addressing and the
- * OpenMP split over rows; the merge of a row is mla_attn_merge_row's. */
+ * split over threads (core/parallel.h); the merge of a row is mla_attn_merge_row's. */
 #ifndef MLA_COMMON_MERGE_H
 #define MLA_COMMON_MERGE_H
 
