@@ -1,6 +1,7 @@
 #include "attention.h"
 
 #include "core/policy.h"
+#include "core/size.h"
 #include "elementwise.h"
 #include "kernels/kernels.h"
 
@@ -130,6 +131,11 @@ bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n
     return key0 + n - 1 > c->last_key0 + c->row0 / c->rows_per_query;
 }
 
+float mla_attn_row_lse(float m, float l)
+{
+    return l == 0.0f ? -INFINITY : m + logf(l);
+}
+
 float mla_attn_finish_row(float *o, int64_t width, float m, float l)
 {
     if (l == 0.0f) {
@@ -141,7 +147,7 @@ float mla_attn_finish_row(float *o, int64_t width, float m, float l)
     const float inv = 1.0f / l;
     for (int64_t e = 0; e < width; e++)
         o[e] *= inv;
-    return m + logf(l);
+    return mla_attn_row_lse(m, l);
 }
 
 /* +inf is how FlashAttention-style code reports an empty row: empty here. */
@@ -164,7 +170,8 @@ static float merge_max(const float *lse, int64_t lse_stride, int64_t count)
 }
 
 float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const float *o,
-                         int64_t o_stride, const float *lse, int64_t lse_stride, int64_t count)
+                         int64_t o_stride, const float *lse, const float *norm,
+                         int64_t lse_stride, int64_t count)
 {
     float mx = merge_max(lse, lse_stride, count);
     memset(dst, 0, (size_t)width * sizeof(float));
@@ -176,6 +183,14 @@ float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const 
         sum += expf(empty_if_inf(lse[q * lse_stride]) - mx);
     for (int64_t q = 0; q < count; q++) {
         float w = expf(empty_if_inf(lse[q * lse_stride]) - mx) / sum;
+        if (norm && w != 0.0f) /* an empty row's l is 0 */
+            w /= norm[q * lse_stride];
+        /* the next partial's row, asked for while this one is added: the
+         * rows were written by other threads, and a core keeps more of
+         * their misses in flight this way (the combine of a 16-way split
+         * reads 32 KB a row) */
+        for (int64_t at = 0; q + 1 < count && at < width; at += MLA_ALIGN / (int64_t)sizeof(float))
+            __builtin_prefetch(o + (q + 1) * o_stride + at, 0, 3);
         k->scale_add_f32(dst, o + q * o_stride, w, width);
     }
     return mx + logf(sum);

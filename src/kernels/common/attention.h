@@ -82,16 +82,24 @@ bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n
  * l (a NaN or +inf logit) is no empty row: o and the LSE come out NaN. */
 float mla_attn_finish_row(float *o, int64_t width, float m, float l);
 
+/* The LSE of a finished row, m + ln l; -inf for a row that saw no key
+ * (l == 0), NaN for a NaN l. */
+float mla_attn_row_lse(float m, float l);
+
 /* Merges `count` partial results of one row, in index order: partial q is
  * o + q * o_stride with LSE lse[q * lse_stride]. dst = sum_q w_q o_q with
  * w_q = e^(lse_q - max) / sum_q e^(lse_q - max), accumulated from 0 in q
  * order on k->scale_add_f32 (so every backend gives the same bits); returns
- * max + ln(sum). A partial whose LSE is +inf or -inf is empty; when all
- * are, dst = 0 and the result is -inf. A NaN LSE among them makes dst and
- * the result NaN. With count 2 this is merge_attn_states on one row
- * (docs/semantics.md §4). dst must not overlap the partials. */
+ * max + ln(sum). With `norm`, partial q is an unfinished row (O, not O / l:
+ * decode's splits skip that pass) and its weight is also divided by its
+ * l, norm[q * lse_stride]. A partial whose LSE is +inf or -inf is empty
+ * (weight 0, whatever its row holds); when all are, dst = 0 and the result
+ * is -inf. A NaN LSE among them makes dst and the result NaN. With count 2
+ * and no norm this is merge_attn_states on one row (docs/semantics.md §4).
+ * dst must not overlap the partials. */
 float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const float *o,
-                         int64_t o_stride, const float *lse, int64_t lse_stride, int64_t count);
+                         int64_t o_stride, const float *lse, const float *norm,
+                         int64_t lse_stride, int64_t count);
 
 /* The weights of mla_attn_merge_row with count 2 (prefix, then suffix, with
  * LSEs lse[0] and lse[1]), each exp computed once: returns the merged LSE,

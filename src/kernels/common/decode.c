@@ -26,7 +26,12 @@
  *
  * Work is cut by the split-KV schedule: a part is a run of (request, block
  * range) segments; a request with one split writes out and lse directly,
- * others write f32 partials that the combine merges by LSE (base e).
+ * others leave f32 partials that the combine merges by LSE (base e). A
+ * partial is the split's unfinished O with its m + ln l and l: the combine
+ * divides each split's weight by its l instead of every element by l, and
+ * a pass whose rows fill O accumulates it in the partial's rows in place,
+ * so a split writes its O once and never copies it (at 16 threads on one
+ * request, finishing and copying 16 x 256 KB took 12% of the call).
  * Everything a segment computes depends only on the request, its range and
  * the call's shapes, never on the thread or the batch around it, which is
  * what makes batch-invariant schedules bit-reproducible.
@@ -107,9 +112,9 @@ bool mla_decode_workspace(const mla_decode_args *a, int64_t slots, int threads, 
         !mla_region_bytes(16 * MLA_ATTN_TILE, columns, threads, sizeof(float), &scratch))
         return false;
     scratch = scratch_of(&widest).total * threads * (int64_t)sizeof(float);
-    /* partials and their LSEs as mla_decode_run places them, in bytes */
+    /* partials and their LSEs and l as mla_decode_run places them, in bytes */
     if (!mla_region_bytes(slots, s.rows, s.l, sizeof(float), &partial) ||
-        !mla_region_bytes(slots, s.rows, 1, sizeof(float), &lse) ||
+        !mla_region_bytes(slots, s.rows, 2, sizeof(float), &lse) ||
         __builtin_add_overflow(partial, lse, &total) || __builtin_add_overflow(total, scratch, &total) ||
         __builtin_add_overflow(total, (int64_t)MLA_ALIGN, &total))
         return false;
@@ -128,7 +133,7 @@ typedef struct decode_ctx {
     int64_t elem_q, elem_cache;
     const mla_attn_route *route;
     float score_scale;  /* applied to scores: 1 where Qt carries the scale   */
-    float *partial, *partial_lse; /* [slots][rows][L], [slots][rows] */
+    float *partial, *partial_lse, *partial_l; /* [slots][rows][L], [slots][rows] x 2 */
 } decode_ctx;
 
 static const void *query_row(const decode_ctx *c, int64_t t, int64_t h, bool rope)
@@ -261,8 +266,9 @@ static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs,
  * the pass's first tile): V is the first L values of each cache row, read
  * in place or from the rows tile_scores converted; `mask` as the tile's
  * softmax took it, for the pass's first nr rows. */
-static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs, int64_t nruns,
-                        int64_t t, int64_t n, bool first, const mla_attn_causal *mask, int64_t nr)
+static void tile_values(const decode_ctx *c, float *ws, float *o, const mla_key_run *runs,
+                        int64_t nruns, int64_t t, int64_t n, bool first,
+                        const mla_attn_causal *mask, int64_t nr)
 {
     const decode_shape *s = &c->shape;
     const mla_key_run converted = {.rows = ws + c->x.kf, .count = n, .first = 0};
@@ -271,7 +277,7 @@ static void tile_values(const decode_ctx *c, float *ws, const mla_key_run *runs,
         .ld = s->mb, .width = s->l, .n = n, .s = ws + c->x.s,
         .runs = in_place ? runs : &converted, .nruns = in_place ? nruns : 1,
         .stride = in_place ? c->cache->entry_stride : s->d,
-        .o = ws + c->x.o, .alpha = first ? NULL : ws + c->x.alpha, .ones = ws + c->x.ones,
+        .o = o, .alpha = first ? NULL : ws + c->x.alpha, .ones = ws + c->x.ones,
         .scratch = ws + c->x.route,
     };
     mla_attn_tile_values(c->k, c->route, &v, mask, t, nr);
@@ -284,23 +290,41 @@ static mla_attn_rows pass_rows(const decode_ctx *c, float *ws, int64_t nr)
                            .alpha = ws + c->x.alpha};
 }
 
-/* Writes the pass's rows: out = O / l and lse = m + ln l (0 and -inf for a
- * row that saw no key), to out/lse when `slot` < 0, else to the partials. */
-static void finish_rows(const decode_ctx *c, float *ws, int64_t b, int64_t r0, int64_t nr,
-                        int64_t slot)
+/* Where the pass accumulates O (rows [mb][L]): in the partial's rows when
+ * it writes a partial and its rows fill O (padding rows would run into the
+ * next pass's or slot's), else in the thread's scratch. */
+static float *pass_o(const decode_ctx *c, float *ws, int64_t r0, int64_t nr, int64_t slot)
+{
+    if (slot >= 0 && nr == c->shape.mb)
+        return c->partial + (slot * c->shape.rows + r0) * c->shape.l;
+    return ws + c->x.o;
+}
+
+/* Writes the pass's rows, O at o: to out/lse when `slot` < 0, out = O / l
+ * and lse = m + ln l (0 and -inf for a row that saw no key); else to the
+ * partials, O as it is (0 for a row that saw no key, whose O may hold
+ * nothing or 0 x inf) with m + ln l and l. */
+static void finish_rows(const decode_ctx *c, float *ws, float *o, int64_t b, int64_t r0,
+                        int64_t nr, int64_t slot)
 {
     const mla_decode_args *a = c->a;
     const decode_shape *s = &c->shape;
-    float *o = ws + c->x.o, *m = ws + c->x.m, *l = ws + c->x.l;
+    const float *m = ws + c->x.m, *l = ws + c->x.l;
     for (int64_t r = 0; r < nr; r++) {
-        float *row = o + r * s->l;
-        float lse = mla_attn_finish_row(row, s->l, m[r], l[r]);
-        int64_t rr = r0 + r, i = rr / a->num_heads, h = rr % a->num_heads;
+        const int64_t rr = r0 + r, i = rr / a->num_heads, h = rr % a->num_heads;
         if (slot >= 0) {
-            memcpy(c->partial + (slot * s->rows + rr) * s->l, row, (size_t)s->l * sizeof(float));
-            c->partial_lse[slot * s->rows + rr] = lse;
+            const int64_t at = slot * s->rows + rr;
+            float *dst = c->partial + at * s->l;
+            if (l[r] == 0.0f)
+                memset(dst, 0, (size_t)s->l * sizeof(float));
+            else if (dst != o + r * s->l)
+                memcpy(dst, o + r * s->l, (size_t)s->l * sizeof(float));
+            c->partial_lse[at] = mla_attn_row_lse(m[r], l[r]);
+            c->partial_l[at] = l[r];
             continue;
         }
+        float *row = o + r * s->l;
+        float lse = mla_attn_finish_row(row, s->l, m[r], l[r]);
         int64_t t = b * a->s_q + i;
         mla_convert_run(c->k, (char *)a->out + (t * a->out_token_stride + h * a->out_head_stride) * c->elem_q,
                         a->q_dtype, row, MLA_DTYPE_F32, s->l, 1.0f);
@@ -326,6 +350,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
         const mla_attn_causal causal = {.last_key0 = a->seq_lens[b] - a->s_q, .row0 = r0,
                                         .rows_per_query = a->num_heads};
         const mla_attn_rows st = pass_rows(c, ws, nr);
+        float *o = pass_o(c, ws, r0, nr, slot);
         int64_t end = mla_attn_causal_end(&causal, nr);
         end = end < t1 ? end : t1;
         pack_queries(c, ws, b, r0, nr);
@@ -338,9 +363,9 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
             const mla_attn_causal *mask = mla_attn_causal_straddles(&causal, t, n) ? &causal : NULL;
             tile_scores(c, ws, runs, nruns, &pf);
             mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale, mask, t);
-            tile_values(c, ws, runs, nruns, t, n, t == t0, mask, nr);
+            tile_values(c, ws, o, runs, nruns, t, n, t == t0, mask, nr);
         }
-        finish_rows(c, ws, b, r0, nr, slot);
+        finish_rows(c, ws, o, b, r0, nr, slot);
     }
 }
 
@@ -378,7 +403,8 @@ static void combine_row(const decode_ctx *c, float *tmp, int64_t b, int64_t rr, 
     const mla_decode_args *a = c->a;
     const int64_t rows = c->shape.rows, len = c->shape.l;
     float lse = mla_attn_merge_row(c->k, tmp, len, c->partial + (slot0 * rows + rr) * len,
-                                   rows * len, c->partial_lse + slot0 * rows + rr, rows, splits);
+                                   rows * len, c->partial_lse + slot0 * rows + rr,
+                                   c->partial_l + slot0 * rows + rr, rows, splits);
     int64_t i = rr / a->num_heads, h = rr % a->num_heads, t = b * a->s_q + i;
     mla_convert_run(c->k, (char *)a->out + (t * a->out_token_stride + h * a->out_head_stride) * c->elem_q,
                     a->q_dtype, tmp, MLA_DTYPE_F32, len, 1.0f);
@@ -442,7 +468,8 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
     float *base = mla_align_ptr(workspace);
     c.partial = base;
     c.partial_lse = c.partial + mla_round_up(slots * c.shape.rows * c.shape.l, MLA_ALIGN / 4);
-    float *scratch = c.partial_lse + mla_round_up(slots * c.shape.rows, MLA_ALIGN / 4);
+    c.partial_l = c.partial_lse + slots * c.shape.rows;
+    float *scratch = c.partial_lse + mla_round_up(2 * slots * c.shape.rows, MLA_ALIGN / 4);
     decode_run run = {.c = &c, .parts = parts, .num_parts = num_parts, .split_prefix = split_prefix,
                       .block_n = block_n, .split_blocks = split_blocks, .scratch = scratch,
                       .combine_rows = a->num_reqs * c.shape.rows};
