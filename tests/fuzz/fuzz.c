@@ -269,6 +269,21 @@ bool fz_fits(int64_t bytes)
     return bytes >= 0 && (size_t)bytes <= FZ_MAX_BYTES;
 }
 
+bool fz_call_workspace(fz *f, bool sized, int64_t need, fz_expect *e, fz_workspace *ws)
+{
+    const uint8_t ws_mode = f->hostile ? fz_u8(f) : 255;
+    const int64_t given = sized ? (ws_mode < 16 && need > 0 ? need - 1 - ws_mode % 4 : need) : 64;
+    ws->buf = fz_alloc("workspace", (size_t)(given > 0 ? given : 0), fz_u8(f), true);
+    if (!ws->buf)
+        return false;
+    const bool no_ws = ws_mode >= 16 && ws_mode < 24;
+    *e = fz_unless(no_ws || given < need, *e);
+    fz_allow(ws->buf, 0, ws->buf->bytes);
+    ws->given = given;
+    ws->null = no_ws;
+    return true;
+}
+
 static bool valid_dtype(mla_dtype dtype)
 {
     return (unsigned)dtype < MLA_DTYPE_COUNT;

@@ -143,6 +143,18 @@ int64_t fz_pad(int64_t x, int64_t pad);
 int64_t fz_bytes(int64_t n, mla_dtype dtype);
 bool fz_fits(int64_t bytes);
 
+/* The workspace an entry point gets once its size query ran: `need` bytes
+ * when it was sized, else 64; a hostile input may give it 1 to 4 bytes
+ * less, or NULL (`null`). *e becomes FZ_REJECT where the call must refuse
+ * what it is given; the whole buffer may be written. False when the buffer
+ * cannot be allocated (the caller skips the input). */
+typedef struct fz_workspace {
+    fz_buf *buf;
+    int64_t given; /* the size the call is told */
+    bool null;     /* the call gets NULL */
+} fz_workspace;
+bool fz_call_workspace(fz *f, bool sized, int64_t need, fz_expect *e, fz_workspace *ws);
+
 /* Element j of src (src_dt) converted to dst_dt as libMLA converts, into
  * element i of dst: a bit copy between equal dtypes, else widened to f32
  * and narrowed (fp8 with scale), rounding to nearest even (tests/oracle.c). */

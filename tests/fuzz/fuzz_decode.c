@@ -310,23 +310,17 @@ static void run_decode(fz *f)
         memcpy(&need, bytes_buf->p, 8);
     if ((sized && (need < 0 || !fz_fits(need))) || (!sized && e != FZ_REJECT))
         return; /* too large to allocate (a large schedule), or not sized (bytes NULL) */
-    /* the call: that workspace, or (hostile) a byte less or none */
-    const uint8_t ws_mode = f->hostile ? fz_u8(f) : 255;
-    const int64_t given = sized ? (ws_mode < 16 && need > 0 ? need - 1 - ws_mode % 4 : need) : 64;
-    fz_buf *ws = fz_alloc("workspace", (size_t)(given > 0 ? given : 0), fz_u8(f), true);
-    if (!ws)
+    fz_workspace ws;
+    if (!fz_call_workspace(f, sized, need, &e, &ws))
         return;
-    const bool no_ws = ws_mode >= 16 && ws_mode < 24;
-    e = fz_unless(no_ws || given < need, e);
     e = fz_unless(e != FZ_REJECT && !fz_backend_takes(backend, MLA_OP_DECODE, &cfg), e);
-    fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT) {
         fz_allow_view(out, c.T, c.H, c.L, o_ts, o_hs, qe);
         if (with_lse)
             fz_allow(lse, 0, lse->bytes);
     }
     fz_before();
-    st = mla_decode(no_args ? NULL : &a, no_ws ? NULL : ws->p, given, c.threads);
+    st = mla_decode(no_args ? NULL : &a, ws.null ? NULL : ws.buf->p, ws.given, c.threads);
     if (!fz_after("mla_decode", st, e, backend))
         return;
 
@@ -561,22 +555,17 @@ static void run_forward(fz *f)
         memcpy(&need, bytes_buf->p, 8);
     if ((sized && (need < 0 || !fz_fits(need))) || (!sized && e != FZ_REJECT))
         return;
-    const uint8_t ws_mode = f->hostile ? fz_u8(f) : 255;
-    const int64_t given = sized ? (ws_mode < 16 && need > 0 ? need - 1 - ws_mode % 4 : need) : 64;
-    fz_buf *ws = fz_alloc("workspace", (size_t)(given > 0 ? given : 0), fz_u8(f), true);
-    if (!ws)
+    fz_workspace ws;
+    if (!fz_call_workspace(f, sized, need, &e, &ws))
         return;
-    const bool no_ws = ws_mode >= 16 && ws_mode < 24;
-    e = fz_unless(no_ws || given < need, e);
     e = fz_unless(e != FZ_REJECT && !fz_backend_takes(backend, MLA_OP_DECODE, &cfg), e);
-    fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT) {
         fz_allow_rows(out, 0, T, o_ts, H * V, qe);
         if (with_lse)
             fz_allow(lse, 0, lse->bytes);
     }
     fz_before();
-    st = mla_decode_forward(no_args ? NULL : &fa, no_ws ? NULL : ws->p, given, c.threads);
+    st = mla_decode_forward(no_args ? NULL : &fa, ws.null ? NULL : ws.buf->p, ws.given, c.threads);
     if (!fz_after("mla_decode_forward", st, e, backend))
         return;
 

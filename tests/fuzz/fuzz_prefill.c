@@ -194,22 +194,17 @@ static void run_flash(fz *f)
         memcpy(&need, bytes_buf->p, 8);
     if ((sized && (need < 0 || !fz_fits(need))) || (!sized && e != FZ_REJECT))
         return;
-    const uint8_t ws_mode = f->hostile ? fz_u8(f) : 255;
-    const int64_t given = sized ? (ws_mode < 16 && need > 0 ? need - 1 - ws_mode % 4 : need) : 64;
-    fz_buf *ws = fz_alloc("workspace", (size_t)(given > 0 ? given : 0), fz_u8(f), true);
-    if (!ws)
+    fz_workspace ws;
+    if (!fz_call_workspace(f, sized, need, &e, &ws))
         return;
-    const bool no_ws = ws_mode >= 16 && ws_mode < 24;
-    e = fz_unless(no_ws || given < need, e);
     e = fz_unless(e != FZ_REJECT && !fz_backend_takes(backend, MLA_OP_PREFILL, &cfg), e);
-    fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT) {
         fz_allow_view(out, T, H, dv, o_ts, o_hs, el);
         if (with_lse)
             fz_allow(lse, 0, lse->bytes);
     }
     fz_before();
-    st = mla_flash_attn_varlen(no_args ? NULL : &a, no_ws ? NULL : ws->p, given, threads);
+    st = mla_flash_attn_varlen(no_args ? NULL : &a, ws.null ? NULL : ws.buf->p, ws.given, threads);
     if (!fz_after("mla_flash_attn_varlen", st, e, backend))
         return;
 
@@ -579,14 +574,9 @@ static void run_up_proj(fz *f)
         memcpy(&need, bytes_buf->p, 8);
     if ((sized && (need < 0 || !fz_fits(need))) || (!sized && e == FZ_OK))
         return;
-    const uint8_t ws_mode = f->hostile ? fz_u8(f) : 255;
-    const int64_t given = sized ? (ws_mode < 16 && need > 0 ? need - 1 - ws_mode % 4 : need) : 64;
-    fz_buf *ws = fz_alloc("workspace", (size_t)(given > 0 ? given : 0), fz_u8(f), true);
-    if (!ws)
+    fz_workspace ws;
+    if (!fz_call_workspace(f, sized, need, &e, &ws))
         return;
-    const bool no_ws = ws_mode >= 16 && ws_mode < 24;
-    e = fz_unless(no_ws || given < need, e);
-    fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT) {
         if (interleaved) {
             fz_allow_view(kb, S, H, P + V, k_ts, k_hs, oe);
@@ -596,7 +586,7 @@ static void run_up_proj(fz *f)
         }
     }
     fz_before();
-    st = mla_up_proj(no_args ? NULL : &a, no_ws ? NULL : ws->p, given, threads);
+    st = mla_up_proj(no_args ? NULL : &a, ws.null ? NULL : ws.buf->p, ws.given, threads);
     if (!fz_after("mla_up_proj", st, e, backend))
         return;
     /* sums in double, each against (L + 2) 2^-23 of sum |a w| and u of itself */
@@ -632,7 +622,7 @@ static void run_up_proj(fz *f)
     a.kv_b_proj = w->p;
     a.kv_b_proj_packed = NULL;
     fz_before();
-    st = mla_up_proj(&a, ws->p, given, threads);
+    st = mla_up_proj(&a, ws.buf->p, ws.given, threads);
     fz_after("mla_up_proj (the weight itself)", st, FZ_EITHER, backend);
     if (st == MLA_OK && (memcmp(first_k, kb->p, kb->bytes) || memcmp(first_v, vb->p, vb->bytes)))
         fz_fail("mla_up_proj (%s): the packed weight gives other bits than the weight itself",
@@ -929,20 +919,15 @@ static void run_prefill(fz *f)
         memcpy(&need, bytes_buf->p, 8);
     if ((sized && (need < 0 || !fz_fits(need))) || (!sized && e != FZ_REJECT))
         return;
-    const uint8_t ws_mode = f->hostile ? fz_u8(f) : 255;
-    const int64_t given = sized ? (ws_mode < 16 && need > 0 ? need - 1 - ws_mode % 4 : need) : 64;
-    fz_buf *ws = fz_alloc("workspace", (size_t)(given > 0 ? given : 0), fz_u8(f), true);
-    if (!ws)
+    fz_workspace ws;
+    if (!fz_call_workspace(f, sized, need, &e, &ws))
         return;
-    const bool no_ws = ws_mode >= 16 && ws_mode < 24;
-    e = fz_unless(no_ws || given < need, e);
-    fz_allow(ws, 0, ws->bytes);
     if (e != FZ_REJECT)
         fz_allow_rows(out, 0, T, o_stride, H * V, el);
     if (e != FZ_REJECT && rows && !rows_over_q)
         fz_allow(rows, 0, rows->bytes);
     fz_before();
-    st = mla_prefill(no_args ? NULL : &a, no_ws ? NULL : ws->p, given, threads);
+    st = mla_prefill(no_args ? NULL : &a, ws.null ? NULL : ws.buf->p, ws.given, threads);
     if (!fz_after("mla_prefill", st, e, absorbed ? dec : mha ? pre : NULL))
         return;
 
