@@ -167,6 +167,10 @@ bool run_probe(void *ctx);
 /* The AMX-BF16 probe on `threads` threads at once (`reps` runs), as op
  * peak_amx_bf16; gflops is 0 where AMX is unavailable (always off x86-64). */
 row measure_amx_peak(int threads, int reps);
+/* The same with the operand tiles loaded from L1 each round (op
+ * peak_amx_bf16_fed, bench_amx_fed_probe): the ceiling of the tile GEMM's
+ * 2 x 2 block with nothing to wait for beyond L1. */
+row measure_amx_fed_peak(int threads, int reps);
 
 /* ---- memcpy bandwidth ---- */
 

@@ -275,21 +275,32 @@ int64_t calibrate_probe(bench_fma_probe_fn *probe)
     return iters;
 }
 
-row measure_amx_peak(int threads, int reps)
+static row measure_amx(bool fed, int threads, int reps)
 {
-    row r = {.op = "peak_amx_bf16", .backend = "avx512_amx", .threads = threads};
+    row r = {.op = fed ? "peak_amx_bf16_fed" : "peak_amx_bf16", .backend = "avx512_amx",
+             .threads = threads};
 #if defined(__x86_64__)
+    bench_fma_probe_fn *probe = fed ? bench_amx_fed_probe : bench_amx_probe;
     float sink;
-    if (bench_amx_probe(1, &sink) == 0)
+    if (probe(1, &sink) == 0)
         return r;
-    probe_run run = {.probe = bench_amx_probe, .threads = threads,
-                     .iters = calibrate_probe(bench_amx_probe)};
+    probe_run run = {.probe = probe, .threads = threads, .iters = calibrate_probe(probe)};
     time_region(run_probe, &run, reps, 0, &r.time); /* run_probe cannot fail */
     r.gflops = r.peak_gflops = giga_per_s(run.flops, r.time.median);
 #else
     (void)reps;
 #endif
     return r;
+}
+
+row measure_amx_peak(int threads, int reps)
+{
+    return measure_amx(false, threads, reps);
+}
+
+row measure_amx_fed_peak(int threads, int reps)
+{
+    return measure_amx(true, threads, reps);
 }
 
 /* ---- memcpy bandwidth -------------------------------------------------------- */

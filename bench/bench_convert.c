@@ -11,13 +11,14 @@
 /* Far beyond any last-level cache, so copy measures DRAM bandwidth. */
 #define COPY_BYTES ((size_t)256 << 20)
 
-/* The AMX probe measures the CPU, not a backend, so it runs whatever
- * --backend says; where it cannot run, one line says so instead of a row
+/* The AMX probes measure the CPU, not a backend, so they run whatever
+ * --backend says; where they cannot run, one line says so instead of rows
  * per thread count. */
 static void print_amx_peaks(const options *o, const plan *p)
 {
     for (int t = 0; t < p->nthreads; t++) {
         row r = measure_amx_peak(p->threads[t], o->reps);
+        row fed = measure_amx_fed_peak(p->threads[t], o->reps);
         if (r.gflops == 0) {
             if (o->json)
                 printf("{\"op\":\"%s\",\"backend\":\"%s\",\"available\":false}\n", r.op,
@@ -27,6 +28,7 @@ static void print_amx_peaks(const options *o, const plan *p)
             return;
         }
         print_row(&r, o->json);
+        print_row(&fed, o->json);
     }
 }
 

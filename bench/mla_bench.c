@@ -23,7 +23,8 @@
  *
  * `peak` measures three ceilings: the FMA throughput of each backend (its
  * fma_probe on every thread at once), AMX-BF16 throughput (TDPBF16PS, where
- * the CPU has it) and memcpy bandwidth. `convert` times mla_convert and
+ * the CPU has it, bare and fed its operand tiles from L1) and memcpy
+ * bandwidth. `convert` times mla_convert and
  * mla_exp_f32 on each backend; these ops are memory bound, so each is
  * printed next to a memcpy that moves the same number of bytes.
  * `decode` times mla_decode against the FMA peak of the backend that runs it.
@@ -63,7 +64,9 @@ static const char usage_text[] =
     "commands:\n"
     "  peak      FMA throughput of each backend's probe, run on all threads at once,\n"
     "            AMX-BF16 throughput (TDPBF16PS on full tiles, op peak_amx_bf16;\n"
-    "            \"amx: unavailable\" where the CPU or Linux does not allow it) and\n"
+    "            op peak_amx_bf16_fed loads the four operand tiles from L1 every\n"
+    "            round, as a 2 x 2 tile block must; \"amx: unavailable\" where\n"
+    "            the CPU or Linux does not allow it) and\n"
     "            memcpy bandwidth (256 MiB buffers)\n"
     "  convert   mla_convert (bf16, f16, fp8_e4m3, fp8_e5m2 <-> f32) and\n"
     "            mla_exp_f32, with the FMA peak and a memcpy of the same bytes\n"

@@ -30,6 +30,10 @@ bench_fma_probe_fn *bench_fma_probe_for(const char *isa);
  * the FLOPs done, or 0 without doing any where libmla runs no AMX-BF16
  * (mla_cpu_caps); safe to call on any x86-64 CPU. */
 double bench_amx_probe(int64_t iters, float *sink);
+/* The same rounds with their four operand tiles loaded each round from L1,
+ * as the tile GEMM's 2 x 2 block loads them: the ceiling of a tile kernel
+ * whose operands never leave L1. */
+double bench_amx_fed_probe(int64_t iters, float *sink);
 #endif
 
 #endif
