@@ -18,7 +18,6 @@ static void print_amx_peaks(const options *o, const plan *p)
 {
     for (int t = 0; t < p->nthreads; t++) {
         row r = measure_amx_peak(p->threads[t], o->reps);
-        row fed = measure_amx_fed_peak(p->threads[t], o->reps);
         if (r.gflops == 0) {
             if (o->json)
                 printf("{\"op\":\"%s\",\"backend\":\"%s\",\"available\":false}\n", r.op,
@@ -28,6 +27,7 @@ static void print_amx_peaks(const options *o, const plan *p)
             return;
         }
         print_row(&r, o->json);
+        row fed = measure_amx_fed_peak(p->threads[t], o->reps);
         print_row(&fed, o->json);
     }
 }

@@ -1,7 +1,8 @@
-/* The AMX-BF16 throughput probes: TDPBF16PS on full tiles, the ceiling of
- * kernels that run on the tile unit, bare and fed its operand tiles from L1. Called on any x86-64 CPU to find out
- * whether AMX runs there, so it is built with -mamx-tile -mamx-bf16 alone
- * (isa_flags): no AVX instruction can come before libmla's capability check. */
+/* The AMX-BF16 throughput probes: TDPBF16PS on full tiles, bare and fed its
+ * operand tiles from L1, the ceilings of kernels that run on the tile unit.
+ * Called on any x86-64 CPU to find out whether AMX runs there, so it is
+ * built with -mamx-tile -mamx-bf16 alone (isa_flags): no AVX instruction can
+ * come before libmla's capability check. */
 #include "probe.h"
 
 #include "mla.h"
