@@ -26,7 +26,8 @@
  *
  * Work is cut by the split-KV schedule: a part is a run of (request, block
  * range) segments; a request with one split writes out and lse directly,
- * others leave f32 partials that the combine merges by LSE (base e). A
+ * others leave f32 partials that the combine merges by LSE (base e), and
+ * have their Qt packed once, by all threads, before the parts run. A
  * partial is the split's unfinished O with its m + ln l and l: the combine
  * divides each split's weight by its l instead of every element by l, and
  * a pass whose rows fill O accumulates it in the partial's rows in place,
@@ -72,13 +73,20 @@ static decode_shape shape_of(const mla_decode_args *a)
     return s;
 }
 
+/* Floats of one pass's Qt (d x mb elements of at most a float each), on
+ * whole 64-byte lines. */
+static int64_t qt_floats(int64_t d, int64_t mb)
+{
+    return mla_round_up(d * mb, MLA_ALIGN / (int64_t)sizeof(float));
+}
+
 /* Offsets of each scratch array, each on its own 64-byte boundary. */
 static scratch_layout scratch_of(const decode_shape *s)
 {
     scratch_layout x;
     int64_t at = 0, step = MLA_ALIGN / (int64_t)sizeof(float);
 #define PLACE(field, floats) x.field = at, at += mla_round_up(floats, step)
-    PLACE(qt, s->d * s->mb);
+    PLACE(qt, qt_floats(s->d, s->mb));
     PLACE(s, MLA_ATTN_TILE * s->mb);
     PLACE(o, s->mb * s->l);
     PLACE(kf, MLA_ATTN_TILE * s->d);
@@ -107,15 +115,20 @@ bool mla_decode_workspace(const mla_decode_args *a, int64_t slots, int threads, 
      * MLA_ATTN_TILE x (D + MLA_ATTN_TILE) floats (a pass has at most
      * MLA_ATTN_TILE rows, L <= D) and there are fewer than 16: where 16 such
      * arrays a thread fit, scratch_of's sums and products are exact. */
-    int64_t columns, partial, lse, scratch, total;
+    int64_t columns, partial, lse, scratch, split_qt, total;
     if (__builtin_add_overflow(s.d, (int64_t)MLA_ATTN_TILE, &columns) ||
         !mla_region_bytes(16 * MLA_ATTN_TILE, columns, threads, sizeof(float), &scratch))
         return false;
     scratch = scratch_of(&widest).total * threads * (int64_t)sizeof(float);
-    /* partials and their LSEs and l as mla_decode_run places them, in bytes */
+    /* partials and their LSEs and l, and the split requests' Qt (a split
+     * request has two slots or more; a pass's Qt is at most d x widest.mb,
+     * and widest.mb and mblocks only grow with s_q), as mla_decode_run
+     * places them, in bytes */
     if (!mla_region_bytes(slots, s.rows, s.l, sizeof(float), &partial) ||
         !mla_region_bytes(slots, s.rows, 2, sizeof(float), &lse) ||
+        !mla_region_bytes(slots / 2, s.mblocks, qt_floats(s.d, widest.mb), sizeof(float), &split_qt) ||
         __builtin_add_overflow(partial, lse, &total) || __builtin_add_overflow(total, scratch, &total) ||
+        __builtin_add_overflow(total, split_qt, &total) ||
         __builtin_add_overflow(total, (int64_t)MLA_ALIGN, &total))
         return false;
     *bytes = total;
@@ -134,6 +147,8 @@ typedef struct decode_ctx {
     const mla_attn_route *route;
     float score_scale;  /* applied to scores: 1 where Qt carries the scale   */
     float *partial, *partial_lse, *partial_l; /* [slots][rows][L], [slots][rows] x 2 */
+    const int32_t *split_prefix;              /* the schedule's slots per request */
+    float *split_qt;                          /* [slots / 2][mblocks] Qt        */
 } decode_ctx;
 
 static const void *query_row(const decode_ctx *c, int64_t t, int64_t h, bool rope)
@@ -143,25 +158,66 @@ static const void *query_row(const decode_ctx *c, int64_t t, int64_t h, bool rop
                 : (const char *)a->q_nope + (t * a->q_nope_token_stride + h * a->q_nope_head_stride) * c->elem_q;
 }
 
-/* The pass's query rows, packed for the route's scores GEMM (its Qt) a
- * block at a time; padding rows are 0. */
-static void pack_queries(const decode_ctx *c, float *ws, int64_t b, int64_t r0, int64_t nr)
+/* Real rows of pass `pass` (the last may have fewer than mb_rows). */
+static int64_t pass_size(const decode_shape *s, int64_t pass)
+{
+    const int64_t r0 = pass * s->mb_rows;
+    return s->rows - r0 < s->mb_rows ? s->rows - r0 : s->mb_rows;
+}
+
+/* Rows [from, to) of request b's pass at row r0, packed into its Qt for
+ * the route's scores GEMM, a block at a time (stage: the pack's scratch). */
+static void pack_query_rows(const decode_ctx *c, void *qt, int64_t b, int64_t r0, int64_t from,
+                            int64_t to, float *stage)
 {
     const mla_decode_args *a = c->a;
     const decode_shape *s = &c->shape;
-    float *qt = ws + c->x.qt;
-    if (nr < s->mb) /* pack_q writes every element of the real rows */
-        memset(qt, 0, (size_t)(s->d * s->mb * c->route->q_elem));
-    for (int64_t r = 0; r < nr; r += MLA_ATTN_PACK_ROWS) {
-        mla_attn_qblock q = {.r0 = r, .nr = nr - r < MLA_ATTN_PACK_ROWS ? nr - r : MLA_ATTN_PACK_ROWS,
+    for (int64_t r = from; r < to; r += MLA_ATTN_PACK_ROWS) {
+        mla_attn_qblock q = {.r0 = r, .nr = to - r < MLA_ATTN_PACK_ROWS ? to - r : MLA_ATTN_PACK_ROWS,
                              .l = s->l, .rope = a->rope_dim, .dtype = a->q_dtype};
         for (int64_t i = 0; i < q.nr; i++) {
             int64_t row = r0 + r + i, t = b * a->s_q + row / a->num_heads, h = row % a->num_heads;
             q.nope[i] = query_row(c, t, h, false);
             q.pe[i] = a->rope_dim > 0 ? query_row(c, t, h, true) : NULL;
         }
-        c->route->pack_q(c->route, c->k, qt, s->mb, &q, a->scale, ws + c->x.qrow);
+        c->route->pack_q(c->route, c->k, qt, s->mb, &q, a->scale, stage);
     }
+}
+
+/* Zeroes Qt's padding rows [nr, mb) (pack_q writes only the real ones):
+ * `pair` elements of a row lie together, mb rows of them per pair of d. */
+static void zero_padding_rows(const decode_ctx *c, void *qt, int64_t nr)
+{
+    const int64_t pair = c->route->pair, mb = c->shape.mb, elem = c->route->q_elem;
+    for (int64_t g = 0; nr < mb && g < c->shape.d / pair; g++)
+        memset((char *)qt + (g * mb + nr) * pair * elem, 0, (size_t)((mb - nr) * pair * elem));
+}
+
+/* A split request's Qt of pass `pass`, packed ahead by pack_split_queries:
+ * such a request holds two slots or more, so split_prefix[b] / 2 tells it
+ * from every other. */
+static void *split_qt(const decode_ctx *c, int64_t b, int64_t pass)
+{
+    return c->split_qt + (c->split_prefix[b] / 2 * c->shape.mblocks + pass) *
+                             qt_floats(c->shape.d, c->shape.mb);
+}
+
+static bool is_split(const decode_ctx *c, int64_t b)
+{
+    return c->split_prefix[b + 1] - c->split_prefix[b] > 1;
+}
+
+/* The pass's Qt: packed ahead for a split request, else here, into the
+ * thread's scratch. */
+static const void *pass_qt(const decode_ctx *c, float *ws, int64_t b, int64_t pass)
+{
+    if (is_split(c, b))
+        return split_qt(c, b, pass);
+    const int64_t nr = pass_size(&c->shape, pass);
+    float *qt = ws + c->x.qt;
+    zero_padding_rows(c, qt, nr);
+    pack_query_rows(c, qt, b, pass * c->shape.mb_rows, 0, nr, ws + c->x.qrow);
+    return qt;
 }
 
 /* Splits cache rows [t, t + n) of request b into runs within blocks, which
@@ -232,12 +288,11 @@ static bool rows_in_place(const decode_ctx *c)
 
 /* S[j][r] for the tile's rows, run by run. Rows the GEMM cannot read in
  * place are converted into kf first. */
-static void tile_scores(const decode_ctx *c, float *ws, const mla_key_run *runs, int64_t nruns,
-                        prefetch_cursor *pf)
+static void tile_scores(const decode_ctx *c, float *ws, const void *qt, const mla_key_run *runs,
+                        int64_t nruns, prefetch_cursor *pf)
 {
     const decode_shape *s = &c->shape;
     const int64_t stride = c->cache->entry_stride;
-    const float *qt = ws + c->x.qt;
     float *sc = ws + c->x.s;
     char *kf = (char *)(ws + c->x.kf);
     const int64_t row_bytes = s->d * mla_dtype_size(c->route->dtype);
@@ -344,8 +399,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
     for (int64_t r = 0; r < s->mb; r++)
         ones[r] = 1.0f;
     for (int64_t pass = 0; pass < s->mblocks; pass++) {
-        int64_t r0 = pass * s->mb_rows;
-        int64_t nr = s->rows - r0 < s->mb_rows ? s->rows - r0 : s->mb_rows;
+        const int64_t r0 = pass * s->mb_rows, nr = pass_size(s, pass);
         /* MTP: query i (H rows each) sees keys up to seq_len - s_q + i */
         const mla_attn_causal causal = {.last_key0 = a->seq_lens[b] - a->s_q, .row0 = r0,
                                         .rows_per_query = a->num_heads};
@@ -353,7 +407,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
         float *o = pass_o(c, ws, r0, nr, slot);
         int64_t end = mla_attn_causal_end(&causal, nr);
         end = end < t1 ? end : t1;
-        pack_queries(c, ws, b, r0, nr);
+        const void *qt = pass_qt(c, ws, b, pass);
         mla_attn_rows_start(&st);
         for (int64_t t = t0; t < end; t += tile) {
             int64_t n = end - t < tile ? end - t : tile;
@@ -361,7 +415,7 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
             int64_t next_end = t + n + tile < end ? t + n + tile : end;
             prefetch_cursor pf = {.b = b, .pos = t + n, .end = next_end};
             const mla_attn_causal *mask = mla_attn_causal_straddles(&causal, t, n) ? &causal : NULL;
-            tile_scores(c, ws, runs, nruns, &pf);
+            tile_scores(c, ws, qt, runs, nruns, &pf);
             mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale, mask, t);
             tile_values(c, ws, o, runs, nruns, t, n, t == t0, mask, nr);
         }
@@ -373,9 +427,10 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
 
 /* Every segment of one schedule part. In batch-invariant mode a part's range
  * of a request may hold several splits, cut at multiples of split_blocks. */
-static void run_part(const decode_ctx *c, float *ws, const mla_sched_part *p, const int32_t *prefix,
-                     int64_t block_n, int64_t split_blocks)
+static void run_part(const decode_ctx *c, float *ws, const mla_sched_part *p, int64_t block_n,
+                     int64_t split_blocks)
 {
+    const int32_t *prefix = c->split_prefix;
     for (int64_t b = p->begin_req; b <= p->end_req; b++) {
         int64_t seq = c->a->seq_lens[b], splits = prefix[b + 1] - prefix[b];
         int64_t first = b == p->begin_req ? p->begin_block : 0;
@@ -419,18 +474,56 @@ const mla_attn_route *mla_decode_route(const mla_kernels *k, const mla_decode_ar
                               cache->entry_stride, a->bf16_compute);
 }
 
-/* A decode on the threads: `workers` tasks take the schedule's parts one
- * at a time, as they finish the last (parts differ in cost), each with its
- * own scratch; once all are done, `combiners` tasks merge a slice of the
- * split requests' rows each. */
+/* A decode on the threads: where requests are split, `packers` tasks
+ * first pack a range of their query units each; then `workers` tasks take
+ * the schedule's parts one at a time, as they finish the last (parts differ
+ * in cost), each with its own scratch; once all are done, `combiners` tasks
+ * merge a slice of the split requests' rows each. */
 typedef struct decode_run {
     const decode_ctx *c;
     const mla_sched_part *parts;
     int64_t num_parts, block_n, split_blocks, workers, combine_rows, combiners;
-    const int32_t *split_prefix;
+    int64_t pack_units, packers;
     float *scratch;
     atomic_int_least64_t next_part;
 } decode_run;
+
+/* A split request's query rows are packed once, before its splits run
+ * (each split packing all of them again took 12% of a 16-way split call,
+ * H=128 B=1 on 16 threads), in units of up to MLA_ATTN_PACK_ROWS rows of a
+ * pass: the units of the split requests' passes in order, a range per
+ * task. A unit is MLA_ATTN_PACK_ROWS columns of Qt, whole 64-byte lines
+ * where a row's element is 32 bits (f32, bf16 pairs), so that two tasks
+ * do not write one line. Returns the units, or
+ * packs those of [lo, hi) with `stage` as scratch when pack is true. */
+static int64_t walk_split_units(const decode_ctx *c, bool pack, int64_t lo, int64_t hi, float *stage)
+{
+    const decode_shape *s = &c->shape;
+    int64_t at = 0;
+    for (int64_t b = 0; b < c->a->num_reqs && at < hi; b++) {
+        for (int64_t pass = 0; is_split(c, b) && pass < s->mblocks && at < hi; pass++) {
+            const int64_t nr = pass_size(s, pass), units = mla_ceil_div(nr, MLA_ATTN_PACK_ROWS);
+            const int64_t from = (lo > at ? lo : at) - at, to = (hi < at + units ? hi : at + units) - at;
+            if (pack && from < to) {
+                void *qt = split_qt(c, b, pass);
+                if (from == 0)
+                    zero_padding_rows(c, qt, nr);
+                const int64_t last = to * MLA_ATTN_PACK_ROWS < nr ? to * MLA_ATTN_PACK_ROWS : nr;
+                pack_query_rows(c, qt, b, pass * s->mb_rows, from * MLA_ATTN_PACK_ROWS, last, stage);
+            }
+            at += units;
+        }
+    }
+    return at;
+}
+
+static void pack_split_queries(int64_t packer, void *ctx)
+{
+    const decode_run *r = ctx;
+    int64_t lo, hi;
+    mla_part_range(r->pack_units, r->packers, packer, &lo, &hi);
+    walk_split_units(r->c, true, lo, hi, r->scratch + packer * r->c->x.total + r->c->x.qrow);
+}
 
 static void run_parts(int64_t worker, void *ctx)
 {
@@ -438,7 +531,7 @@ static void run_parts(int64_t worker, void *ctx)
     float *ws = r->scratch + worker * r->c->x.total;
     for (int64_t p; (p = mla_parallel_claim(&r->next_part)) < r->num_parts;)
         if (r->parts[p].begin_req < r->c->a->num_reqs)
-            run_part(r->c, ws, &r->parts[p], r->split_prefix, r->block_n, r->split_blocks);
+            run_part(r->c, ws, &r->parts[p], r->block_n, r->split_blocks);
 }
 
 static void combine_slice(int64_t part, void *ctx)
@@ -449,9 +542,10 @@ static void combine_slice(int64_t part, void *ctx)
     int64_t lo, hi;
     mla_part_range(r->combine_rows, r->combiners, part, &lo, &hi);
     for (int64_t q = lo; q < hi; q++) {
-        int64_t b = q / c->shape.rows, splits = r->split_prefix[b + 1] - r->split_prefix[b];
-        if (splits > 1)
-            combine_row(c, tmp, b, q % c->shape.rows, r->split_prefix[b], splits);
+        const int64_t b = q / c->shape.rows;
+        if (is_split(c, b))
+            combine_row(c, tmp, b, q % c->shape.rows, c->split_prefix[b],
+                        c->split_prefix[b + 1] - c->split_prefix[b]);
     }
 }
 
@@ -461,7 +555,7 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
 {
     decode_ctx c = {.k = k, .a = a, .cache = cache, .shape = shape_of(a),
                     .elem_q = mla_dtype_size(a->q_dtype), .elem_cache = mla_dtype_size(cache->dtype),
-                    .route = mla_decode_route(k, a, cache)};
+                    .route = mla_decode_route(k, a, cache), .split_prefix = split_prefix};
     c.score_scale = c.route->q_scaled ? 1.0f : a->scale;
     c.x = scratch_of(&c.shape);
     const int64_t slots = split_prefix[a->num_reqs];
@@ -470,12 +564,20 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
     c.partial_lse = c.partial + mla_round_up(slots * c.shape.rows * c.shape.l, MLA_ALIGN / 4);
     c.partial_l = c.partial_lse + slots * c.shape.rows;
     float *scratch = c.partial_lse + mla_round_up(2 * slots * c.shape.rows, MLA_ALIGN / 4);
-    decode_run run = {.c = &c, .parts = parts, .num_parts = num_parts, .split_prefix = split_prefix,
+    c.split_qt = scratch + threads * c.x.total;
+    decode_run run = {.c = &c, .parts = parts, .num_parts = num_parts,
                       .block_n = block_n, .split_blocks = split_blocks, .scratch = scratch,
                       .combine_rows = a->num_reqs * c.shape.rows};
     atomic_init(&run.next_part, 0);
+    run.pack_units = walk_split_units(&c, false, 0, INT64_MAX, NULL);
+    run.packers = run.pack_units < threads ? run.pack_units : threads;
     run.workers = num_parts < threads ? num_parts : threads;
     run.combiners = run.combine_rows < threads ? run.combine_rows : threads;
-    const mla_parallel_loop loops[] = {{run.workers, run_parts}, {run.combiners, combine_slice}};
-    mla_parallel_run(threads, loops, 2, &run);
+    const mla_parallel_loop loops[] = {
+        {run.packers, pack_split_queries}, {run.workers, run_parts}, {run.combiners, combine_slice}};
+    /* without a split request there is nothing to pack or combine */
+    if (run.pack_units == 0)
+        mla_parallel_run(threads, loops + 1, 1, &run);
+    else
+        mla_parallel_run(threads, loops, 3, &run);
 }
