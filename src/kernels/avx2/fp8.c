@@ -2,9 +2,10 @@
  * Narrowing divides by the scale (multiplies, when that is exact), clamps to
  * the largest finite value, rounds normals by integer arithmetic on the f32
  * bits and denormals by one float add (the adder rounds to nearest even at
- * the denormal spacing). Widening shifts e4m3 codes into f32 bits and
- * rescales them with exact multiplies, and sends e5m2 through F16C, an e5m2
- * code being the top byte of an f16. Tails go to ref. */
+ * the denormal spacing). Widening rebiases a normal e4m3 code's exponent
+ * in its f32 bits and converts a denormal's mantissa, then multiplies by the
+ * scale once, and sends e5m2 through F16C, an e5m2 code being the top byte
+ * of an f16. Tails go to ref. */
 #include "kernels/fp8_format.h"
 #include "kernels/kernels.h"
 
@@ -63,15 +64,20 @@ void mla_cvt_f32_e5m2__avx2(const float *src, uint8_t *dst, int64_t n, float sca
     mla_cvt_f32_e5m2__ref(src + body, dst + body, n - body, scale);
 }
 
-/* 8 e4m3 codes -> 8 floats times scale. The code's magnitude bits moved up
- * 20 are an f32 of value 2^-120 times the e4m3 value, denormals included, so
- * multiplying by 2^120 (exact) and then by scale rounds once. */
+/* 8 e4m3 codes -> 8 floats times scale, as neon/fp8.c: a normal code's
+ * magnitude bits moved up 20 with the exponent rebiased by 120 are its f32,
+ * a denormal's mantissa times 2^-9 is exact, and multiplying by scale rounds
+ * once. Nothing on the way is an f32 denormal (a microcode assist on Intel
+ * cores, and 0 under DAZ). */
 static inline __m256 widen_e4m3(__m128i bytes, __m256 scale)
 {
     const __m256i b = _mm256_cvtepu8_epi32(bytes);
     const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
-    const __m256 low = _mm256_castsi256_ps(_mm256_slli_epi32(mag, 20));
-    __m256 v = _mm256_mul_ps(_mm256_mul_ps(low, _mm256_set1_ps(0x1p120f)), scale);
+    const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+    const __m256 denormal = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+    const __m256i is_denormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag);
+    __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), denormal, _mm256_castsi256_ps(is_denormal));
+    v = _mm256_mul_ps(v, scale);
     const __m256i is_nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f));
     v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7ff00000)), _mm256_castsi256_ps(is_nan));
     const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
