@@ -179,7 +179,7 @@ static const mla_attn_route route_f32 = {
     /* 128 keys: at 64 the avx512 kernel's P.V ran at ~86% of peak, at 128
      * ~93%; 256 was 4% slower (its S no longer fits L1) */
     .name = "f32", .dtype = MLA_DTYPE_F32, .convert_rows = MLA_ATTN_WIDEN_ROWS, .tile = 128,
-    .pair = 1, .q_elem = sizeof(float), .q_scaled = true,
+    .pair = 1, .q_elem = sizeof(float), .q_scaled = true, .prefetch_keys = true,
     .kernel = offsetof(mla_kernels, gemm_f32),
     .pack_q = pack_q_f32, .scores = scores_f32, .values = values_f32,
 };
@@ -196,13 +196,13 @@ static const mla_attn_route half_routes[] = {
     },
     {
         .name = "bf16-dot", .dtype = MLA_DTYPE_BF16, .tile = 128, .pair = 2,
-        .q_elem = sizeof(uint16_t),
+        .q_elem = sizeof(uint16_t), .prefetch_keys = true,
         .kernel = offsetof(mla_kernels, gemm_bf16dot),
         .pack_q = pack_q_raw, .scores = scores_bf16dot, .values = values_bf16dot,
     },
     {
         .name = "f16", .dtype = MLA_DTYPE_F16, .tile = 128, .pair = 1,
-        .q_elem = sizeof(uint16_t),
+        .q_elem = sizeof(uint16_t), .prefetch_keys = true,
         .kernel = offsetof(mla_kernels, gemm_f16f16),
         .pack_q = pack_q_raw, .scores = scores_f16, .values = values_f16,
     },

@@ -257,9 +257,10 @@ static void convert_rows(const decode_ctx *c, void *dst, const char *src, int64_
 
 /* The next tile's cache rows, asked for ahead of their use so that they
  * stream in from DRAM while this tile computes (the blocks are scattered,
- * which the hardware prefetchers do not follow). The scores GEMM asks for
- * as many rows as it is about to compute on, so the requests trickle out
- * through the tile rather than stalling the core in one burst, and into L2
+ * which the hardware prefetchers do not follow), on the routes where that
+ * pays (prefetch_keys, attention_route.h). The scores GEMM asks for as many
+ * rows as it is about to compute on, so the requests trickle out through
+ * the tile rather than stalling the core in one burst, and into L2
  * (prefetcht2), since a tile of rows is larger than L1. */
 typedef struct prefetch_cursor {
     int64_t b, pos, end; /* request, next row to ask for, end of the tile */
@@ -413,7 +414,8 @@ static void run_segment(const decode_ctx *c, float *ws, int64_t b, int64_t t0, i
             int64_t n = end - t < tile ? end - t : tile;
             int64_t nruns = split_tile(c, b, t, n, runs);
             int64_t next_end = t + n + tile < end ? t + n + tile : end;
-            prefetch_cursor pf = {.b = b, .pos = t + n, .end = next_end};
+            prefetch_cursor pf = {.b = b, .pos = t + n,
+                                  .end = c->route->prefetch_keys ? next_end : t + n};
             const mla_attn_causal *mask = mla_attn_causal_straddles(&causal, t, n) ? &causal : NULL;
             tile_scores(c, ws, qt, runs, nruns, &pf);
             mla_attn_softmax_tile(c->k, &st, sc, n, c->score_scale, mask, t);
