@@ -496,9 +496,20 @@ typedef struct decode_run {
  * pass: the units of the split requests' passes in order, a range per
  * task. A unit is MLA_ATTN_PACK_ROWS columns of Qt, whole 64-byte lines
  * where a row's element is 32 bits (f32, bf16 pairs), so that two tasks
- * do not write one line. Returns the units, or
- * packs those of [lo, hi) with `stage` as scratch when pack is true. */
-static int64_t walk_split_units(const decode_ctx *c, bool pack, int64_t lo, int64_t hi, float *stage)
+ * do not write one line. */
+static int64_t split_units(const decode_ctx *c)
+{
+    int64_t units = 0;
+    for (int64_t pass = 0; pass < c->shape.mblocks; pass++)
+        units += mla_ceil_div(pass_size(&c->shape, pass), MLA_ATTN_PACK_ROWS);
+    int64_t split = 0;
+    for (int64_t b = 0; b < c->a->num_reqs; b++)
+        split += is_split(c, b);
+    return split * units;
+}
+
+/* Packs units [lo, hi) of split_units' order, with `stage` as scratch. */
+static void pack_split_units(const decode_ctx *c, int64_t lo, int64_t hi, float *stage)
 {
     const decode_shape *s = &c->shape;
     int64_t at = 0;
@@ -506,7 +517,7 @@ static int64_t walk_split_units(const decode_ctx *c, bool pack, int64_t lo, int6
         for (int64_t pass = 0; is_split(c, b) && pass < s->mblocks && at < hi; pass++) {
             const int64_t nr = pass_size(s, pass), units = mla_ceil_div(nr, MLA_ATTN_PACK_ROWS);
             const int64_t from = (lo > at ? lo : at) - at, to = (hi < at + units ? hi : at + units) - at;
-            if (pack && from < to) {
+            if (from < to) {
                 void *qt = split_qt(c, b, pass);
                 if (from == 0)
                     zero_padding_rows(c, qt, nr);
@@ -516,7 +527,6 @@ static int64_t walk_split_units(const decode_ctx *c, bool pack, int64_t lo, int6
             at += units;
         }
     }
-    return at;
 }
 
 static void pack_split_queries(int64_t packer, void *ctx)
@@ -524,7 +534,7 @@ static void pack_split_queries(int64_t packer, void *ctx)
     const decode_run *r = ctx;
     int64_t lo, hi;
     mla_part_range(r->pack_units, r->packers, packer, &lo, &hi);
-    walk_split_units(r->c, true, lo, hi, r->scratch + packer * r->c->x.total + r->c->x.qrow);
+    pack_split_units(r->c, lo, hi, r->scratch + packer * r->c->x.total + r->c->x.qrow);
 }
 
 static void run_parts(int64_t worker, void *ctx)
@@ -571,7 +581,7 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
                       .block_n = block_n, .split_blocks = split_blocks, .scratch = scratch,
                       .combine_rows = a->num_reqs * c.shape.rows};
     atomic_init(&run.next_part, 0);
-    run.pack_units = walk_split_units(&c, false, 0, INT64_MAX, NULL);
+    run.pack_units = split_units(&c);
     run.packers = run.pack_units < threads ? run.pack_units : threads;
     run.workers = num_parts < threads ? num_parts : threads;
     run.combiners = run.combine_rows < threads ? run.combine_rows : threads;
