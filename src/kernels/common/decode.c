@@ -499,13 +499,17 @@ typedef struct decode_run {
  * do not write one line. */
 static int64_t split_units(const decode_ctx *c)
 {
-    int64_t units = 0;
-    for (int64_t pass = 0; pass < c->shape.mblocks; pass++)
-        units += mla_ceil_div(pass_size(&c->shape, pass), MLA_ATTN_PACK_ROWS);
     int64_t split = 0;
     for (int64_t b = 0; b < c->a->num_reqs; b++)
         split += is_split(c, b);
-    return split * units;
+    if (split == 0)
+        return 0;
+    /* every pass has mb_rows rows but the last (a size query may give
+     * billions of passes: no loop over them) */
+    const decode_shape *s = &c->shape;
+    const int64_t last = pass_size(s, s->mblocks - 1);
+    return split * ((s->mblocks - 1) * mla_ceil_div(s->mb_rows, MLA_ATTN_PACK_ROWS) +
+                    mla_ceil_div(last, MLA_ATTN_PACK_ROWS));
 }
 
 /* Packs units [lo, hi) of split_units' order, with `stage` as scratch. */
