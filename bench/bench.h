@@ -96,11 +96,22 @@ bool time_region(run_fn run, void *ctx, int reps, double seconds, stats *t);
  * time_region, counting both). */
 bool time_interleaved(run_fn run, void *ctx, run_fn ref, void *ref_ctx, int reps, double seconds,
                       stats *t, stats *ref_t);
-/* The kernel `run` and the ceiling `ref` it is reported against: timed
- * alternately rep by rep, or with --no-probe `ref` first (--reps times) and
- * then `run` alone, so a profile of the kernel loop holds the kernel only. */
-bool time_beside(const options *o, run_fn run, void *ctx, run_fn ref, void *ref_ctx, stats *t,
-                 stats *ref_t);
+/* A ceiling a kernel is reported against (the FMA probe, a memcpy): its
+ * run and where its times go. */
+typedef struct ceiling {
+    run_fn run;
+    void *ctx;
+    stats *t;
+} ceiling;
+/* The kernel `run` and the `count` ceilings it is reported against, timed
+ * in rounds: each ceiling once, then the kernel untimed until
+ * SETTLE_SECONDS have passed (once at least), then the kernel timed once,
+ * so that kernel and ceilings see the same moments of a shared host but
+ * the kernel runs as a loop of calls finds it, in clocks and caches. With
+ * --no-probe each ceiling's loop first (--reps times), then the kernel's
+ * alone, so a profile of the kernel loop holds the kernel only. */
+bool time_beside(const options *o, run_fn run, void *ctx, const ceiling *ceilings, int count,
+                 stats *t);
 /* How a row's ceiling was timed: "interleaved" (rep by rep with the
  * kernel) or "separate" (--no-probe: in a phase of its own). */
 const char *probe_mode(const options *o);

@@ -213,7 +213,7 @@ static bool time_attn(const options *o, const plan *p, const mla_backend_desc *b
     for (int t = 0; t < p->nthreads; t++) {
         stats time, probe_time;
         ab->threads = probe.threads = p->threads[t];
-        if (!time_beside(o, run_attn, ab, run_probe, &probe, &time, &probe_time) ||
+        if (!time_beside(o, run_attn, ab, &(ceiling){run_probe, &probe, &probe_time}, 1, &time) ||
             !ran_on(b, "attn"))
             return false;
         double amx_peak = amx ? measure_amx_peak(p->threads[t], o->reps).gflops : 0;

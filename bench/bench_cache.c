@@ -152,7 +152,7 @@ static int run_cache_cases(const options *o, const plan *p, const cache_case *ca
                 for (int b = 0; ok && b < p->nbackends; b++) {
                     stats s, copy_s;
                     ok = force_backend(MLA_OP_CONVERT, p->backends[b]->name) &&
-                         time_beside(o, run_cache, &cb, run_copy, &copy, &s, &copy_s) &&
+                         time_beside(o, run_cache, &cb, &(ceiling){run_copy, &copy, &copy_s}, 1, &s) &&
                          ran_on(p->backends[b], op);
                     if (!ok)
                         break;

@@ -17,6 +17,8 @@
 /* One probe run: long enough to hide fork/join and timer resolution, short
  * enough for reps x backends x thread counts to finish in seconds. */
 #define PROBE_SECONDS 0.03
+/* Ceilings one kernel is timed beside (decode: the FMA probe and memcpy). */
+#define MAX_CEILINGS 2
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -167,13 +169,53 @@ bool time_interleaved(run_fn run, void *ctx, run_fn ref, void *ref_ctx, int reps
     return ok;
 }
 
-bool time_beside(const options *o, run_fn run, void *ctx, run_fn ref, void *ref_ctx, stats *t,
-                 stats *ref_t)
+/* Untimed kernel time after its ceilings in a round of time_beside: on the
+ * Xeon (run 51, bench/RESULTS.md) the AMX decode ran 1.3-1.9x slower right
+ * after the 30 ms FMA probe than in a loop of its own, and needed 1.5-4 ms
+ * of calls to recover; after a memcpy its inputs would come from DRAM
+ * where a loop of calls finds them in cache. */
+#define SETTLE_SECONDS 0.01
+
+static bool time_rounds(run_fn run, void *ctx, const ceiling *ceilings, int count, int reps,
+                        double seconds, stats *t)
 {
-    if (o->no_probe)
-        return time_region(ref, ref_ctx, o->reps, 0, ref_t) &&
-               time_region(run, ctx, o->reps, o->seconds, t);
-    return time_interleaved(run, ctx, ref, ref_ctx, o->reps, o->seconds, t, ref_t);
+    samples s, c[MAX_CEILINGS];
+    int ready = 0;
+    if (count > MAX_CEILINGS || !samples_init(&s))
+        return false;
+    while (ready < count && samples_init(&c[ready]))
+        ready++;
+    bool ok = ready == count;
+    for (int i = 0; ok && i < count; i++) /* untimed, as time_region's first run */
+        ok = ceilings[i].run(ceilings[i].ctx);
+    double loop_start = omp_get_wtime();
+    while (ok && more_reps(s.n, reps, seconds, loop_start)) {
+        for (int i = 0; ok && i < count; i++) {
+            double start = omp_get_wtime();
+            ok = ceilings[i].run(ceilings[i].ctx);
+            samples_add(&c[i], omp_get_wtime() - start);
+        }
+        for (double settle = omp_get_wtime(); ok && omp_get_wtime() - settle < SETTLE_SECONDS;)
+            ok = run(ctx);
+        double start = omp_get_wtime();
+        ok = ok && run(ctx);
+        samples_add(&s, omp_get_wtime() - start);
+    }
+    *t = samples_done(&s);
+    for (int i = 0; i < ready; i++)
+        *ceilings[i].t = samples_done(&c[i]);
+    return ok;
+}
+
+bool time_beside(const options *o, run_fn run, void *ctx, const ceiling *ceilings, int count,
+                 stats *t)
+{
+    if (!o->no_probe)
+        return time_rounds(run, ctx, ceilings, count, o->reps, o->seconds, t);
+    for (int i = 0; i < count; i++)
+        if (!time_region(ceilings[i].run, ceilings[i].ctx, o->reps, 0, ceilings[i].t))
+            return false;
+    return time_region(run, ctx, o->reps, o->seconds, t);
 }
 
 const char *probe_mode(const options *o)

@@ -1,11 +1,11 @@
 /*
  * mla_bench decode: mla_decode (absorbed MLA over a paged latent cache)
- * against the FMA peak of the backend that runs it, probed on as many
- * threads alternately with it (--no-probe: before it); with --scaling also
- * on one thread, to see how closely the speedup follows the peak's. On the
- * AMX route also against the AMX-BF16 probe, and the cache read rate against
- * memcpy on as many threads, both measured in the same run. --cold rotates
- * through copies of the cache larger than the last-level cache.
+ * against the FMA peak of the backend that runs it, and its cache read rate
+ * against memcpy, both on as many threads in rounds with it (--no-probe:
+ * before it); with --scaling also on one thread, to see how closely the
+ * speedup follows the peak's. On the AMX route also against the AMX-BF16
+ * probe, measured after it. --cold rotates through copies of the cache
+ * larger than the last-level cache.
  */
 #include "bench.h"
 
@@ -268,10 +268,11 @@ static void print_scaling(const options *o, const mla_config *cfg, const char *b
 
 /* ---- command ------------------------------------------------------------------- */
 
-/* Times decode on each thread count with b's FMA probe on as many threads,
- * alternately rep by rep: on a shared host both then see the same
- * neighbours and clocks, so t1/tT meets the peak ratio of the same moments.
- * --no-probe times the probe first and leaves decode's loop to itself. */
+/* Times decode on each thread count with b's FMA probe and a memcpy on as
+ * many threads, in rounds (time_beside): on a shared host all three then
+ * see the same neighbours, so t1/tT meets the peak ratio, and the cache
+ * read the memcpy, of the same moments. --no-probe times the probe and the
+ * memcpy first and leaves decode's loop to itself. */
 static bool time_decode(const options *o, const mla_config *cfg, const mla_backend_desc *b,
                         decode_bench *db, const int *threads, int nthreads)
 {
@@ -294,10 +295,11 @@ static bool time_decode(const options *o, const mla_config *cfg, const mla_backe
     print_decode_header(o->json);
     bool ok = true;
     for (int t = 0; ok && t < nthreads; t++) {
-        stats time, probe_time;
+        stats time, probe_time, copy_time;
         db->threads = probe.threads = threads[t];
-        ok = time_beside(o, run_decode, db, run_probe, &probe, &time, &probe_time) &&
-             ran_on(b, "decode");
+        copy_run copy = {dst, src, COPY_BYTES, threads[t]};
+        const ceiling ceilings[] = {{run_probe, &probe, &probe_time}, {run_copy, &copy, &copy_time}};
+        ok = time_beside(o, run_decode, db, ceilings, 2, &time) && ran_on(b, "decode");
         if (!ok)
             break;
         seconds[t] = time.median;
@@ -305,7 +307,7 @@ static bool time_decode(const options *o, const mla_config *cfg, const mla_backe
         const beside m = {
             .peak = peak[t],
             .amx_peak = amx ? measure_amx_peak(threads[t], o->reps).gflops : 0,
-            .copy_gbps = measure_copy(dst, src, COPY_BYTES, threads[t], o->reps).gbps,
+            .copy_gbps = giga_per_s(2.0 * (double)COPY_BYTES, copy_time.median),
         };
         print_decode_row(o, cfg, db, b->name, threads[t], &time, flops, bytes, &m);
     }

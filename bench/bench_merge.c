@@ -74,7 +74,7 @@ static bool bench_threads(const options *o, const plan *p, int t, merge_bench *m
             continue;
         m->threads = copy->threads = p->threads[t];
         if (!force_backend(MLA_OP_PREFILL, p->backends[b]->name) ||
-            !time_beside(o, run_merge, m, run_copy, copy, &s, &copy_s) ||
+            !time_beside(o, run_merge, m, &(ceiling){run_copy, copy, &copy_s}, 1, &s) ||
             !ran_on(p->backends[b], "merge"))
             return false;
         row r = {.op = m->args.dtype == MLA_DTYPE_F32 ? "merge_f32"
