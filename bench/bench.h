@@ -104,10 +104,10 @@ typedef struct ceiling {
     stats *t;
 } ceiling;
 /* The kernel `run` and the `count` ceilings it is reported against, timed
- * in rounds: each ceiling once, then the kernel untimed until
- * SETTLE_SECONDS have passed (once at least), then the kernel timed once,
- * so that kernel and ceilings see the same moments of a shared host but
- * the kernel runs as a loop of calls finds it, in clocks and caches. With
+ * in rounds: each ceiling, then the kernel, run untimed for SETTLE_SECONDS
+ * (once at least) and then timed once, so that all see the same moments of
+ * a shared host but each runs as a loop of its own finds the clocks and
+ * caches, not as the one before it left them. With
  * --no-probe each ceiling's loop first (--reps times), then the kernel's
  * alone, so a profile of the kernel loop holds the kernel only. */
 bool time_beside(const options *o, run_fn run, void *ctx, const ceiling *ceilings, int count,

@@ -169,12 +169,26 @@ bool time_interleaved(run_fn run, void *ctx, run_fn ref, void *ref_ctx, int reps
     return ok;
 }
 
-/* Untimed kernel time after its ceilings in a round of time_beside: on the
- * Xeon (run 51, bench/RESULTS.md) the AMX decode ran 1.3-1.9x slower right
- * after the 30 ms FMA probe than in a loop of its own, and needed 1.5-4 ms
- * of calls to recover; after a memcpy its inputs would come from DRAM
+/* Untimed time before each timed run of a round of time_beside: on the
+ * Xeon (runs 52-55, bench/RESULTS.md) the AMX decode ran 1.3-1.9x slower
+ * right after the 30 ms FMA probe than in a loop of its own, needing
+ * 1.5-4 ms of calls to recover, and memcpy moved 55-80 GB/s there against
+ * 121 alone; after a memcpy a kernel's inputs would also come from DRAM
  * where a loop of calls finds them in cache. */
 #define SETTLE_SECONDS 0.01
+
+/* One timed run of `run` after untimed ones for SETTLE_SECONDS (one at
+ * least), so that it meets the clocks and caches a loop of its own would. */
+static bool settled_run(run_fn run, void *ctx, samples *s)
+{
+    bool ok = true;
+    for (double settle = omp_get_wtime(); ok && omp_get_wtime() - settle < SETTLE_SECONDS;)
+        ok = run(ctx);
+    double start = omp_get_wtime();
+    ok = ok && run(ctx);
+    samples_add(s, omp_get_wtime() - start);
+    return ok;
+}
 
 static bool time_rounds(run_fn run, void *ctx, const ceiling *ceilings, int count, int reps,
                         double seconds, stats *t)
@@ -186,20 +200,11 @@ static bool time_rounds(run_fn run, void *ctx, const ceiling *ceilings, int coun
     while (ready < count && samples_init(&c[ready]))
         ready++;
     bool ok = ready == count;
-    for (int i = 0; ok && i < count; i++) /* untimed, as time_region's first run */
-        ok = ceilings[i].run(ceilings[i].ctx);
     double loop_start = omp_get_wtime();
     while (ok && more_reps(s.n, reps, seconds, loop_start)) {
-        for (int i = 0; ok && i < count; i++) {
-            double start = omp_get_wtime();
-            ok = ceilings[i].run(ceilings[i].ctx);
-            samples_add(&c[i], omp_get_wtime() - start);
-        }
-        for (double settle = omp_get_wtime(); ok && omp_get_wtime() - settle < SETTLE_SECONDS;)
-            ok = run(ctx);
-        double start = omp_get_wtime();
-        ok = ok && run(ctx);
-        samples_add(&s, omp_get_wtime() - start);
+        for (int i = 0; ok && i < count; i++)
+            ok = settled_run(ceilings[i].run, ceilings[i].ctx, &c[i]);
+        ok = ok && settled_run(run, ctx, &s);
     }
     *t = samples_done(&s);
     for (int i = 0; i < ready; i++)
