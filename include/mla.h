@@ -275,14 +275,15 @@ MLA_API void mla_set_parallel_for(mla_parallel_for_fn fn, void *pool_ctx);
 /* ------------------------------------------------------------------------ */
 
 /* dst[i] = convert(src[i]) for i < n, between f32 and any of bf16, f16,
- * fp8_e4m3, fp8_e5m2 (either way; rounding as the mla_cvt_*_fn types say).
+ * fp8_e4m3, fp8_e5m2 (either way), or from fp8_e4m3 or fp8_e5m2 to bf16
+ * (rounding as the mla_cvt_*_fn types say).
  * threads <= 0: mla_default_threads(). src and dst must not overlap. n == 0
  * is valid and writes nothing. */
 MLA_API mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype, const void *src,
                                int64_t n, int threads);
 
 /* mla_convert with an fp8 scale: f32 -> fp8 stores saturate(x / scale),
- * fp8 -> f32 gives x * scale. scale must be finite and > 0, and 1 for pairs
+ * fp8 -> f32 gives x * scale (fp8 -> bf16: that f32 rounded to bf16). scale must be finite and > 0, and 1 for pairs
  * without an fp8 side. */
 MLA_API mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype,
                                       const void *src, int64_t n, float scale, int threads);

@@ -90,6 +90,10 @@ typedef void mla_exp_f32_fn(const float *src, float *dst, int64_t n);
  * scale 1 is the plain conversion. */
 typedef void mla_cvt_f32_fp8_fn(const float *src, uint8_t *dst, int64_t n, float scale);
 typedef void mla_cvt_fp8_f32_fn(const uint8_t *src, float *dst, int64_t n, float scale);
+/* fp8 -> bf16 in one pass: the f32 of mla_cvt_fp8_f32_fn (value * scale)
+ * rounded to bf16 as mla_cvt_f32_bf16_fn rounds, the bits of the two
+ * kernels in turn (the bf16 routes dequantise fp8 caches with it). */
+typedef void mla_cvt_fp8_bf16_fn(const uint8_t *src, uint16_t *dst, int64_t n, float scale);
 /* Copies bytes; whole 64-byte lines of dst may be written with streaming
  * (non-temporal) stores, which skip the read-for-ownership of lines that are
  * about to be overwritten. Call store_fence before other threads read dst. */
@@ -236,7 +240,9 @@ typedef void mla_merge_pair_fn(void *out, const void *prefix, const void *suffix
     BASE(transpose_u32, mla_transpose_u32_fn, arg)     \
     BASE(softmax_tile, mla_softmax_tile_fn, arg)       \
     BASE(transpose_pairs_bf16, mla_transpose_pairs_bf16_fn, arg) \
-    BASE(merge_pair, mla_merge_pair_fn, arg)
+    BASE(merge_pair, mla_merge_pair_fn, arg)           \
+    BASE(cvt_e4m3_bf16, mla_cvt_fp8_bf16_fn, arg)      \
+    BASE(cvt_e5m2_bf16, mla_cvt_fp8_bf16_fn, arg)
 
 #define MLA_KERNEL_FIELD(slot, type, arg) type *slot;
 

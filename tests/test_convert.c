@@ -199,6 +199,47 @@ static void check_fp8(const format8 *f, const char *backend)
     }
 }
 
+/* fp8 -> bf16 of a code: its widened f32 rounded to bf16, as two
+ * conversions in turn give it. */
+static uint16_t fp8_bf16_want(const format8 *f, uint8_t code, float scale)
+{
+    return oracle_narrow16(&ORACLE_BF16, oracle_f32_from(oracle_fp8_widen(f, code, scale)));
+}
+
+/* Every code at every scale converts straight to bf16 as it would through
+ * f32 (the one-pass kernels), on one thread and two, and bodies and tails
+ * of lengths 0..67 at two alignments leave the guards untouched. */
+static void check_fp8_bf16(const format8 *f, const char *backend)
+{
+    enum { CODES = 256 * 3 + 5, GUARD = 16 };
+    uint8_t codes[CODES];
+    uint16_t got[CODES + 2 * GUARD];
+    for (int i = 0; i < CODES; i++) /* each code thrice, in bodies and tails */
+        codes[i] = (uint8_t)(i * 101 + i / 256);
+    for (int si = 0; si < FP8_SCALES; si++) {
+        const float scale = fp8_scales[si];
+        for (int threads = 1; threads <= 2; threads++) {
+            for (int off = 0; off < 2; off++) {
+                for (int len = 0; len <= 68; len++) {
+                    const int n = len <= 67 ? len : CODES - off;
+                    memset(got, 0xab, sizeof got);
+                    assert_int_equal(mla_convert_scaled(MLA_DTYPE_BF16, got + GUARD, f->dtype,
+                                                        codes + off, n, scale, threads), MLA_OK);
+                    assert_string_equal(mla_last_backend(), backend);
+                    for (int i = 0; i < CODES + 2 * GUARD; i++) {
+                        bool inside = i >= GUARD && i < GUARD + n;
+                        uint16_t want = inside ? fp8_bf16_want(f, codes[off + i - GUARD], scale) : 0xabab;
+                        if (got[i] != want)
+                            fail_msg("%s: %s -> bf16 scale %g n=%d off=%d threads=%d: element %d "
+                                     "got 0x%04x, want 0x%04x", backend, f->name, (double)scale, n,
+                                     off, threads, i - GUARD, got[i], want);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* The calling thread's floating-point mode with denormals flushed (x86:
  * DAZ and FTZ in MXCSR; Arm: FPCR.FZ), and back. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -248,18 +289,25 @@ static void check_fp8_flushed(const format8 *f, const char *backend)
     uint8_t codes[256];
     uint32_t want[256];
     float wide[256];
+    uint16_t half[256];
     for (int i = 0; i < 256; i++) {
         codes[i] = (uint8_t)i;
         want[i] = oracle_fp8_widen(f, (uint8_t)i, 1.0f);
     }
     const fp_mode old = flush_denormals();
     mla_status st = mla_convert_scaled(MLA_DTYPE_F32, wide, f->dtype, codes, 256, 1.0f, 1);
+    mla_status st16 = mla_convert_scaled(MLA_DTYPE_BF16, half, f->dtype, codes, 256, 1.0f, 1);
     restore_fp_mode(old);
     assert_int_equal(st, MLA_OK);
-    for (int i = 0; i < 256; i++)
+    assert_int_equal(st16, MLA_OK);
+    for (int i = 0; i < 256; i++) {
         if (oracle_f32_bits(wide[i]) != want[i])
             fail_msg("%s: %s 0x%02x -> f32 with denormals flushed: got 0x%08x, want 0x%08x",
                      backend, f->name, i, oracle_f32_bits(wide[i]), want[i]);
+        if (half[i] != fp8_bf16_want(f, (uint8_t)i, 1.0f))
+            fail_msg("%s: %s 0x%02x -> bf16 with denormals flushed: got 0x%04x, want 0x%04x",
+                     backend, f->name, i, half[i], fp8_bf16_want(f, (uint8_t)i, 1.0f));
+    }
 }
 
 /* fp8 bodies and tails: lengths 0..67 at two alignments, guards untouched. */
@@ -312,6 +360,9 @@ static void check_byte_offsets(const char *backend)
         unsigned char codes[N * 2], in[N * 4 + 3], out[N * 4 + 2 * GUARD];
         assert_int_equal(mla_convert_scaled(dtype, codes, MLA_DTYPE_F32, src, N, scale, 1), MLA_OK);
         assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, back, dtype, codes, N, scale, 1), MLA_OK);
+        uint16_t half[N]; /* fp8 -> bf16, aligned */
+        if (size == 1)
+            assert_int_equal(mla_convert_scaled(MLA_DTYPE_BF16, half, dtype, codes, N, scale, 1), MLA_OK);
         for (int shift = 1; shift <= 3; shift += 2) {
             for (int n = 0; n <= N; n++) {
                 /* f32 -> dtype */
@@ -337,6 +388,19 @@ static void check_byte_offsets(const char *backend)
                     bool inside = i >= GUARD + (size_t)shift && at < (size_t)n * sizeof(float);
                     if (out[i] != (inside ? ((const unsigned char *)back)[at] : 0xab))
                         fail_msg("%s: %s -> f32, n %d, %d bytes off: byte %zu wrong or guard "
+                                 "touched", backend, mla_dtype_name(dtype), n, shift, i);
+                }
+                if (size != 1)
+                    continue;
+                /* fp8 -> bf16 */
+                memset(out, 0xab, sizeof out);
+                assert_int_equal(mla_convert_scaled(MLA_DTYPE_BF16, out + GUARD + shift, dtype,
+                                                    in + shift, n, scale, 1), MLA_OK);
+                for (size_t i = 0; i < sizeof out; i++) {
+                    size_t at = i - GUARD - (size_t)shift;
+                    bool inside = i >= GUARD + (size_t)shift && at < (size_t)n * sizeof(uint16_t);
+                    if (out[i] != (inside ? ((const unsigned char *)half)[at] : 0xab))
+                        fail_msg("%s: %s -> bf16, n %d, %d bytes off: byte %zu wrong or guard "
                                  "touched", backend, mla_dtype_name(dtype), n, shift, i);
                 }
             }
@@ -397,9 +461,11 @@ static void check_backend(const mla_backend_desc *backend, void *ctx)
     check_fp8_tails(&ORACLE_E5M2, name);
     check_fp8_flushed(&ORACLE_E4M3, name);
     check_fp8_flushed(&ORACLE_E5M2, name);
+    check_fp8_bf16(&ORACLE_E4M3, name);
+    check_fp8_bf16(&ORACLE_E5M2, name);
     check_byte_offsets(name);
     check_exp(name);
-    print_message("[ BACKEND  ] %s: bf16/f16/fp8 conversions bit-exact, exp within 1 ulp\n", name);
+    print_message("[ BACKEND  ] %s: bf16/f16/fp8 conversions (fp8 -> bf16 too) bit-exact, exp within 1 ulp\n", name);
 }
 
 static void test_every_backend(void **state)

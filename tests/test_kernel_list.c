@@ -50,6 +50,7 @@ static const struct {
     {"transpose_u32", "test_gemm"}, {"softmax_tile", "test_merge"},
     {"transpose_pairs_bf16", "test_gemm"},
     {"merge_pair", "test_merge"},
+    {"cvt_e4m3_bf16", "test_convert"}, {"cvt_e5m2_bf16", "test_convert"},
 };
 
 static const mla_kernel_slot *find_slot(const char *name)

@@ -96,3 +96,24 @@ void mla_cvt_e5m2_f32__avx512(const uint8_t *src, float *dst, int64_t n, float s
         _mm512_mask_storeu_ps(dst + i, m, _mm512_mul_ps(v, s));
     }
 }
+
+/* Widened as above and rounded to bf16 in registers: no f32 row between. */
+void mla_cvt_e4m3_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+{
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mla_tail_mask16(n - i);
+        __m512i r = mla_round_bf16_epi32(widen_e4m3(_mm_maskz_loadu_epi8(m, src + i), s));
+        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+    }
+}
+
+void mla_cvt_e5m2_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+{
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mla_tail_mask16(n - i);
+        __m512 v = _mm512_mul_ps(widen_e5m2(_mm_maskz_loadu_epi8(m, src + i)), s);
+        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(mla_round_bf16_epi32(v)));
+    }
+}

@@ -20,6 +20,8 @@ bool mla_conversion_kind(mla_dtype dst_dtype, mla_dtype src_dtype, mla_elementwi
         {MLA_DTYPE_F32, MLA_DTYPE_FP8_E4M3, MLA_EW_CVT_F32_E4M3},
         {MLA_DTYPE_FP8_E5M2, MLA_DTYPE_F32, MLA_EW_CVT_E5M2_F32},
         {MLA_DTYPE_F32, MLA_DTYPE_FP8_E5M2, MLA_EW_CVT_F32_E5M2},
+        {MLA_DTYPE_FP8_E4M3, MLA_DTYPE_BF16, MLA_EW_CVT_E4M3_BF16},
+        {MLA_DTYPE_FP8_E5M2, MLA_DTYPE_BF16, MLA_EW_CVT_E5M2_BF16},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         if (pairs[i].src == src_dtype && pairs[i].dst == dst_dtype) {
@@ -61,6 +63,12 @@ void mla_elementwise_run(const mla_kernels *k, mla_elementwise_kind kind, void *
     case MLA_EW_EXP_F32:
         k->exp_f32(src, dst, n);
         break;
+    case MLA_EW_CVT_E4M3_BF16:
+        k->cvt_e4m3_bf16(src, dst, n, scale);
+        break;
+    case MLA_EW_CVT_E5M2_BF16:
+        k->cvt_e5m2_bf16(src, dst, n, scale);
+        break;
     }
 }
 
@@ -73,6 +81,7 @@ static void element_sizes(mla_elementwise_kind kind, int64_t *src_size, int64_t 
         [MLA_EW_CVT_F32_E4M3] = {4, 1}, [MLA_EW_CVT_E4M3_F32] = {1, 4},
         [MLA_EW_CVT_F32_E5M2] = {4, 1}, [MLA_EW_CVT_E5M2_F32] = {1, 4},
         [MLA_EW_EXP_F32] = {4, 4},
+        [MLA_EW_CVT_E4M3_BF16] = {1, 2}, [MLA_EW_CVT_E5M2_BF16] = {1, 2},
     };
     *src_size = sizes[kind][0];
     *dst_size = sizes[kind][1];
@@ -122,7 +131,7 @@ void mla_convert_run(const mla_kernels *k, void *dst, mla_dtype dst_dtype, const
     mla_elementwise_kind kind;
     if (dst_dtype == src_dtype) {
         memcpy(dst, src, (size_t)(n * mla_dtype_size(src_dtype)));
-    } else if (mla_conversion_kind(dst_dtype, src_dtype, &kind)) { /* one side is f32 */
+    } else if (mla_conversion_kind(dst_dtype, src_dtype, &kind)) {
         mla_elementwise_run(k, kind, dst, src, n, scale);
     } else {
         float stage[MLA_CONVERT_STAGE];

@@ -4,6 +4,8 @@
 #include "kernels/fp8_format.h"
 #include "kernels/kernels.h"
 
+#include "util.h"
+
 #include <arm_neon.h>
 
 /* 4 quotients -> 4 fp8 codes, one per 32-bit lane. */
@@ -82,4 +84,29 @@ void mla_cvt_e5m2_f32__neon(const uint8_t *src, float *dst, int64_t n, float sca
         vst1q_f32(dst + i + 4, vmulq_n_f32(vcvt_high_f32_f16(h), scale));
     }
     mla_cvt_e5m2_f32__ref(src + i, dst + i, n - i, scale);
+}
+
+/* Widened as above and rounded to bf16 in registers: no f32 row between. */
+void mla_cvt_e4m3_bf16__neon(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vmovl_u8(vld1_u8(src + i));
+        float32x4_t lo = vmulq_n_f32(widen_e4m3(vmovl_u16(vget_low_u16(h))), scale);
+        float32x4_t hi = vmulq_n_f32(widen_e4m3(vmovl_high_u16(h)), scale);
+        vst1q_u16(dst + i, vcombine_u16(mla_round_bf16_u16x4(lo), mla_round_bf16_u16x4(hi)));
+    }
+    mla_cvt_e4m3_bf16__ref(src + i, dst + i, n - i, scale);
+}
+
+void mla_cvt_e5m2_bf16__neon(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float16x8_t h = vreinterpretq_f16_u16(vshlq_n_u16(vmovl_u8(vld1_u8(src + i)), 8));
+        float32x4_t lo = vmulq_n_f32(vcvt_f32_f16(vget_low_f16(h)), scale);
+        float32x4_t hi = vmulq_n_f32(vcvt_high_f32_f16(h), scale);
+        vst1q_u16(dst + i, vcombine_u16(mla_round_bf16_u16x4(lo), mla_round_bf16_u16x4(hi)));
+    }
+    mla_cvt_e5m2_bf16__ref(src + i, dst + i, n - i, scale);
 }

@@ -60,6 +60,13 @@ static void widen(const mla_fp8_format *f, const uint8_t *src, float *dst, int64
         mla_store_f32(dst + i, fp8_to_f32(f, src[i]) * scale);
 }
 
+static void widen_bf16(const mla_fp8_format *f, const uint8_t *src, uint16_t *dst, int64_t n,
+                       float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        mla_store_u16(dst + i, mla_f32_to_bf16(fp8_to_f32(f, src[i]) * scale));
+}
+
 void mla_cvt_f32_e4m3__ref(const float *src, uint8_t *dst, int64_t n, float scale)
 {
     narrow(&MLA_FP8_E4M3, src, dst, n, scale);
@@ -78,4 +85,14 @@ void mla_cvt_f32_e5m2__ref(const float *src, uint8_t *dst, int64_t n, float scal
 void mla_cvt_e5m2_f32__ref(const uint8_t *src, float *dst, int64_t n, float scale)
 {
     widen(&MLA_FP8_E5M2, src, dst, n, scale);
+}
+
+void mla_cvt_e4m3_bf16__ref(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+{
+    widen_bf16(&MLA_FP8_E4M3, src, dst, n, scale);
+}
+
+void mla_cvt_e5m2_bf16__ref(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+{
+    widen_bf16(&MLA_FP8_E5M2, src, dst, n, scale);
 }
