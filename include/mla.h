@@ -283,8 +283,8 @@ MLA_API mla_status mla_convert(mla_dtype dst_dtype, void *dst, mla_dtype src_dty
                                int64_t n, int threads);
 
 /* mla_convert with an fp8 scale: f32 -> fp8 stores saturate(x / scale),
- * fp8 -> f32 gives x * scale (fp8 -> bf16: that f32 rounded to bf16). scale must be finite and > 0, and 1 for pairs
- * without an fp8 side. */
+ * fp8 -> f32 gives x * scale (fp8 -> bf16: that f32 rounded to bf16). scale
+ * must be finite and > 0, and 1 for pairs without an fp8 side. */
 MLA_API mla_status mla_convert_scaled(mla_dtype dst_dtype, void *dst, mla_dtype src_dtype,
                                       const void *src, int64_t n, float scale, int threads);
 

@@ -342,12 +342,37 @@ static void check_fp8_tails(const format8 *f, const char *backend)
     }
 }
 
+enum { SHIFT_N = 67, SHIFT_GUARD = 16 };
+
+/* mla_convert_scaled of n elements `from` -> `to` with src and dst `shift`
+ * bytes past an element boundary (src: `src`, SHIFT_N elements, copied
+ * there) gives the bytes `want` of the aligned call, and writes nothing
+ * outside dst. */
+static void check_shifted(const char *backend, mla_dtype to, mla_dtype from, const void *src,
+                          const void *want, int n, int shift, float scale)
+{
+    unsigned char in[SHIFT_N * 4 + 3], out[SHIFT_N * 4 + 2 * SHIFT_GUARD];
+    const size_t out_bytes = (size_t)n * (size_t)mla_dtype_size(to);
+    memcpy(in + shift, src, (size_t)SHIFT_N * (size_t)mla_dtype_size(from));
+    memset(out, 0xab, sizeof out);
+    assert_int_equal(mla_convert_scaled(to, out + SHIFT_GUARD + shift, from, in + shift, n, scale, 1),
+                     MLA_OK);
+    assert_string_equal(mla_last_backend(), backend);
+    for (size_t i = 0; i < sizeof out; i++) {
+        size_t at = i - SHIFT_GUARD - (size_t)shift;
+        bool inside = i >= SHIFT_GUARD + (size_t)shift && at < out_bytes;
+        if (out[i] != (inside ? ((const unsigned char *)want)[at] : 0xab))
+            fail_msg("%s: %s -> %s, n %d, %d bytes off: byte %zu wrong or guard touched", backend,
+                     mla_dtype_name(from), mla_dtype_name(to), n, shift, i);
+    }
+}
+
 /* Callers' buffers may start at any byte (mla.h): each conversion with src
  * and dst 1 and 3 bytes past an element boundary (vector bodies and tails)
  * gives the bytes of the aligned call and writes nothing else. */
 static void check_byte_offsets(const char *backend)
 {
-    enum { N = 67, GUARD = 16 };
+    enum { N = SHIFT_N };
     static const mla_dtype narrow[] = {MLA_DTYPE_BF16, MLA_DTYPE_F16, MLA_DTYPE_FP8_E4M3,
                                        MLA_DTYPE_FP8_E5M2};
     float src[N], back[N];
@@ -355,54 +380,20 @@ static void check_byte_offsets(const char *backend)
         src[i] = (float)(i - 30) * 1.37f;
     for (size_t d = 0; d < sizeof narrow / sizeof narrow[0]; d++) {
         const mla_dtype dtype = narrow[d];
-        const float scale = mla_dtype_size(dtype) == 1 ? 0.37f : 1.0f;
-        const size_t size = (size_t)mla_dtype_size(dtype);
-        unsigned char codes[N * 2], in[N * 4 + 3], out[N * 4 + 2 * GUARD];
+        const bool fp8 = mla_dtype_size(dtype) == 1;
+        const float scale = fp8 ? 0.37f : 1.0f;
+        unsigned char codes[N * 2];
+        uint16_t half[N]; /* fp8 -> bf16 */
         assert_int_equal(mla_convert_scaled(dtype, codes, MLA_DTYPE_F32, src, N, scale, 1), MLA_OK);
         assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, back, dtype, codes, N, scale, 1), MLA_OK);
-        uint16_t half[N]; /* fp8 -> bf16, aligned */
-        if (size == 1)
+        if (fp8)
             assert_int_equal(mla_convert_scaled(MLA_DTYPE_BF16, half, dtype, codes, N, scale, 1), MLA_OK);
         for (int shift = 1; shift <= 3; shift += 2) {
             for (int n = 0; n <= N; n++) {
-                /* f32 -> dtype */
-                memcpy(in + shift, src, sizeof src);
-                memset(out, 0xab, sizeof out);
-                assert_int_equal(mla_convert_scaled(dtype, out + GUARD + shift, MLA_DTYPE_F32,
-                                                    in + shift, n, scale, 1), MLA_OK);
-                assert_string_equal(mla_last_backend(), backend);
-                for (size_t i = 0; i < sizeof out; i++) {
-                    size_t at = i - GUARD - (size_t)shift;
-                    bool inside = i >= GUARD + (size_t)shift && at < (size_t)n * size;
-                    if (out[i] != (inside ? codes[at] : 0xab))
-                        fail_msg("%s: f32 -> %s, n %d, %d bytes off: byte %zu wrong or guard "
-                                 "touched", backend, mla_dtype_name(dtype), n, shift, i);
-                }
-                /* dtype -> f32 */
-                memcpy(in + shift, codes, (size_t)N * size);
-                memset(out, 0xab, sizeof out);
-                assert_int_equal(mla_convert_scaled(MLA_DTYPE_F32, out + GUARD + shift, dtype,
-                                                    in + shift, n, scale, 1), MLA_OK);
-                for (size_t i = 0; i < sizeof out; i++) {
-                    size_t at = i - GUARD - (size_t)shift;
-                    bool inside = i >= GUARD + (size_t)shift && at < (size_t)n * sizeof(float);
-                    if (out[i] != (inside ? ((const unsigned char *)back)[at] : 0xab))
-                        fail_msg("%s: %s -> f32, n %d, %d bytes off: byte %zu wrong or guard "
-                                 "touched", backend, mla_dtype_name(dtype), n, shift, i);
-                }
-                if (size != 1)
-                    continue;
-                /* fp8 -> bf16 */
-                memset(out, 0xab, sizeof out);
-                assert_int_equal(mla_convert_scaled(MLA_DTYPE_BF16, out + GUARD + shift, dtype,
-                                                    in + shift, n, scale, 1), MLA_OK);
-                for (size_t i = 0; i < sizeof out; i++) {
-                    size_t at = i - GUARD - (size_t)shift;
-                    bool inside = i >= GUARD + (size_t)shift && at < (size_t)n * sizeof(uint16_t);
-                    if (out[i] != (inside ? ((const unsigned char *)half)[at] : 0xab))
-                        fail_msg("%s: %s -> bf16, n %d, %d bytes off: byte %zu wrong or guard "
-                                 "touched", backend, mla_dtype_name(dtype), n, shift, i);
-                }
+                check_shifted(backend, dtype, MLA_DTYPE_F32, src, codes, n, shift, scale);
+                check_shifted(backend, MLA_DTYPE_F32, dtype, codes, back, n, shift, scale);
+                if (fp8)
+                    check_shifted(backend, MLA_DTYPE_BF16, dtype, codes, half, n, shift, scale);
             }
         }
     }

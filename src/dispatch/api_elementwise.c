@@ -39,8 +39,8 @@ static mla_status convert(const char *fn, mla_dtype dst_dtype, void *dst, mla_dt
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, dst ? "src" : "dst");
     mla_elementwise_kind kind;
     if (!mla_conversion_kind(dst_dtype, src_dtype, &kind))
-        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: %s -> %s not supported "
-                        "(supported: f32 <-> bf16, f16, fp8_e4m3, fp8_e5m2; fp8_e4m3, fp8_e5m2 -> bf16)", fn,
+        return mla_fail(MLA_ERR_UNSUPPORTED, "%s: %s -> %s not supported (supported: "
+                        "f32 <-> bf16, f16, fp8_e4m3, fp8_e5m2; fp8_e4m3, fp8_e5m2 -> bf16)", fn,
                         mla_dtype_name(src_dtype), mla_dtype_name(dst_dtype));
     if (!mla_fp8_scale_ok(scale))
         return mla_fail(MLA_ERR_INVALID_ARGUMENT, "%s: scale %g is not finite and > 0", fn,

@@ -17,13 +17,8 @@ void mla_cvt_bf16_f32__avx2(const uint16_t *src, float *dst, int64_t n)
 void mla_cvt_f32_bf16__avx2(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i lo = mla_round_bf16_epi32x8(_mm256_loadu_ps(src + i));
-        __m256i hi = mla_round_bf16_epi32x8(_mm256_loadu_ps(src + i + 8));
-        /* packus works per 128-bit lane; put the quarters back in order */
-        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
-        _mm256_storeu_si256((__m256i *)(dst + i), packed);
-    }
+    for (; i + 16 <= n; i += 16)
+        mla_store_bf16x16(dst + i, _mm256_loadu_ps(src + i), _mm256_loadu_ps(src + i + 8));
     mla_cvt_f32_bf16__ref(src + i, dst + i, n - i);
 }
 

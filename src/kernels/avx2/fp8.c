@@ -110,22 +110,14 @@ void mla_cvt_e5m2_f32__avx2(const uint8_t *src, float *dst, int64_t n, float sca
     mla_cvt_e5m2_f32__ref(src + i, dst + i, n - i, scale);
 }
 
-/* 16 floats -> 16 bf16, rounded as cvt_f32_bf16__avx2 rounds. */
-static inline void store_bf16x16(uint16_t *dst, __m256 lo, __m256 hi)
-{
-    /* packus works per 128-bit lane; put the quarters back in order */
-    __m256i packed = _mm256_packus_epi32(mla_round_bf16_epi32x8(lo), mla_round_bf16_epi32x8(hi));
-    _mm256_storeu_si256((__m256i *)dst, _mm256_permute4x64_epi64(packed, 0xd8));
-}
-
 /* Widened as above and rounded to bf16 in registers: no f32 row between. */
 void mla_cvt_e4m3_bf16__avx2(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
 {
     const __m256 s = _mm256_set1_ps(scale);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        store_bf16x16(dst + i, widen_e4m3(_mm_loadl_epi64((const __m128i *)(src + i)), s),
-                      widen_e4m3(_mm_loadl_epi64((const __m128i *)(src + i + 8)), s));
+        mla_store_bf16x16(dst + i, widen_e4m3(_mm_loadl_epi64((const __m128i *)(src + i)), s),
+                          widen_e4m3(_mm_loadl_epi64((const __m128i *)(src + i + 8)), s));
     mla_cvt_e4m3_bf16__ref(src + i, dst + i, n - i, scale);
 }
 
@@ -134,8 +126,8 @@ void mla_cvt_e5m2_bf16__avx2(const uint8_t *src, uint16_t *dst, int64_t n, float
     const __m256 s = _mm256_set1_ps(scale);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        store_bf16x16(dst + i,
-                      _mm256_mul_ps(widen_e5m2(_mm_loadl_epi64((const __m128i *)(src + i))), s),
-                      _mm256_mul_ps(widen_e5m2(_mm_loadl_epi64((const __m128i *)(src + i + 8))), s));
+        mla_store_bf16x16(dst + i,
+                          _mm256_mul_ps(widen_e5m2(_mm_loadl_epi64((const __m128i *)(src + i))), s),
+                          _mm256_mul_ps(widen_e5m2(_mm_loadl_epi64((const __m128i *)(src + i + 8))), s));
     mla_cvt_e5m2_bf16__ref(src + i, dst + i, n - i, scale);
 }

@@ -33,4 +33,13 @@ static inline __m256i mla_round_bf16_epi32x8(__m256 f)
     return _mm256_blendv_epi8(rounded, quiet_nan, _mm256_castps_si256(is_nan));
 }
 
+/* 16 floats (lo, then hi) rounded to bf16 as mla_round_bf16_epi32x8 does,
+ * stored at dst in order. */
+static inline void mla_store_bf16x16(uint16_t *dst, __m256 lo, __m256 hi)
+{
+    /* packus works per 128-bit lane; put the quarters back in order */
+    __m256i packed = _mm256_packus_epi32(mla_round_bf16_epi32x8(lo), mla_round_bf16_epi32x8(hi));
+    _mm256_storeu_si256((__m256i *)dst, _mm256_permute4x64_epi64(packed, 0xd8));
+}
+
 #endif
