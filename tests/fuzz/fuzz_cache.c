@@ -58,11 +58,13 @@ static void expect_element(const char *fn, const char *what, mla_dtype dt, const
 
 static void run_convert(fz *f)
 {
-    /* a supported pair: f32 on one side */
+    /* a supported pair: f32 on one side, or fp8 -> bf16 */
     mla_dtype other = all_dtypes[1 + fz_u8(f) % 4], src_dt, dst_dt;
     const bool narrowing = fz_bit(f);
     src_dt = fz_dtype(f, narrowing ? MLA_DTYPE_F32 : other);
     dst_dt = fz_dtype(f, narrowing ? other : MLA_DTYPE_F32);
+    if (!narrowing && is_fp8(src_dt) && fz_bit(f))
+        dst_dt = MLA_DTYPE_BF16;
     if (f->hostile && fz_u8(f) < 16) /* any pair, f32 -> f32 and bf16 -> f16 included */
         src_dt = all_dtypes[fz_u8(f) % 5], dst_dt = all_dtypes[fz_u8(f) % 5];
     const int64_t n = fz_edge(f, fz_in(f, 0, 700));
@@ -74,7 +76,8 @@ static void run_convert(fz *f)
     const bool pair_ok = (src_dt == MLA_DTYPE_F32 && (is_fp8(dst_dt) || dst_dt == MLA_DTYPE_BF16 ||
                                                       dst_dt == MLA_DTYPE_F16)) ||
                          (dst_dt == MLA_DTYPE_F32 && (is_fp8(src_dt) || src_dt == MLA_DTYPE_BF16 ||
-                                                      src_dt == MLA_DTYPE_F16));
+                                                      src_dt == MLA_DTYPE_F16)) ||
+                         (dst_dt == MLA_DTYPE_BF16 && is_fp8(src_dt));
     const int64_t src_bytes = fz_mul(n, size_of(src_dt)), dst_bytes = fz_mul(n, size_of(dst_dt));
     fz_expect e = fz_unless(n < 0 || !pair_ok || src_bytes < 0 || dst_bytes < 0 ||
                                 !scale_ok(scale) || (scale != 1.0f && !fp8),
