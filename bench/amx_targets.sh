@@ -3,7 +3,8 @@
 # run: each decode case against PyTorch bf16 in alternating rounds
 # (torch_decode.py --mla-bench), the fp8 cache against the bf16 cache in
 # alternating runs, then prefill attention against SDPA bf16 (alternating
-# too) and the up-projection GEMM against the AMX probe. Needs mla_bench
+# too) and the up-projection GEMM against the AMX probe and PyTorch's bf16
+# linear (torch_gemm.py, alternating too). Needs mla_bench
 # built here (or MLA_BENCH=path) and python3 with torch.
 #
 #   sh bench/amx_targets.sh [threads]        (default: every CPU)
@@ -30,4 +31,5 @@ for round in 1 2 3; do
 done
 python3 "$HERE/torch_prefill.py" --tokens 2048 --heads 128 --threads "$T" --dtype bf16 \
     --backend avx512_amx --mla-bench "$B"
-"$B" gemm --q-dtype bf16 --backend avx512_amx --threads "$T" --reps 7 --json
+python3 "$HERE/torch_gemm.py" --dtype bf16 --backend avx512_amx --threads "$T" --reps 7 \
+    --mla-bench "$B" --json

@@ -32,6 +32,7 @@ typedef struct options {
     int cache_dtype, other_dtype; /* cache cases; -1: all (decode: bf16 cache) */
     int64_t heads, batch, ctx, sq, kv_lora_rank, rope_dim; /* decode */
     int q_dtype;                                           /* decode; -1: f32 */
+    int out_dtype;                                         /* gemm; -1: f32 */
     int64_t parts;   /* decode: schedule parts per call; 0: the op's default */
     bool scaling;                                          /* decode */
     bool bf16_compute;                                     /* decode */

@@ -46,19 +46,19 @@ static bool fill(void *dst, mla_dtype dtype, int64_t n, int threads)
     return ok;
 }
 
-/* kv_c [M, K] and W [N, K] in dtype, out [M, H, P] and [M, H, V] dense f32
- * (the attention's f32 inputs), workspace for the plan's most threads. */
+/* kv_c [M, K] and W [N, K] in dtype, out [M, H, P] and [M, H, V] dense in
+ * out_dtype (the attention's inputs), workspace for the plan's most threads. */
 static bool gemm_bench_init(gemm_bench *gb, int64_t m, int64_t heads, int64_t k, mla_dtype dtype,
-                            int threads)
+                            mla_dtype out_dtype, int threads)
 {
     const int64_t n = heads * 2 * HEAD_DIM, size = mla_dtype_size(dtype);
+    const size_t out_bytes = (size_t)(m * heads * HEAD_DIM * mla_dtype_size(out_dtype));
     void *kv_c = alloc((size_t)(m * k * size)), *w = alloc((size_t)(n * k * size));
-    float *k_nope = alloc((size_t)(m * heads * HEAD_DIM) * sizeof(float));
-    float *v = alloc((size_t)(m * heads * HEAD_DIM) * sizeof(float));
+    void *k_nope = alloc(out_bytes), *v = alloc(out_bytes);
     gb->args = (mla_up_proj_args){
         .num_tokens = m, .num_heads = heads, .kv_lora_rank = k, .qk_nope_dim = HEAD_DIM,
         .v_head_dim = HEAD_DIM, .kv_c = kv_c, .kv_c_dtype = dtype, .kv_c_stride = k,
-        .kv_b_proj = w, .w_dtype = dtype, .out_dtype = MLA_DTYPE_F32,
+        .kv_b_proj = w, .w_dtype = dtype, .out_dtype = out_dtype,
         .k_nope = k_nope, .k_nope_token_stride = heads * HEAD_DIM, .k_nope_head_stride = HEAD_DIM,
         .v = v, .v_token_stride = heads * HEAD_DIM, .v_head_stride = HEAD_DIM};
     if (!kv_c || !w || !k_nope || !v || !fill(kv_c, dtype, m * k, threads) ||
@@ -95,14 +95,17 @@ int cmd_gemm(const options *o, const plan *p)
     const int64_t m = o->tokens_set ? o->tokens : GEMM_DEFAULT_TOKENS;
     const int64_t heads = o->heads_set ? o->heads : GEMM_DEFAULT_HEADS, k = o->kv_lora_rank;
     const mla_dtype dtype = o->q_dtype < 0 ? MLA_DTYPE_F32 : (mla_dtype)o->q_dtype;
+    const mla_dtype out = o->out_dtype < 0 ? MLA_DTYPE_F32 : (mla_dtype)o->out_dtype;
     const double flops = 2.0 * (double)m * (double)(heads * 2 * HEAD_DIM) * (double)k;
     const mla_config cfg = {.q_dtype = dtype, .cache_dtype = dtype, .kv_lora_rank = k,
                             .num_heads = heads, .block_size = 1};
-    char op[2][40];
-    snprintf(op[0], sizeof op[0], "up_proj_%s", mla_dtype_name(dtype));
-    snprintf(op[1], sizeof op[1], "up_proj_%s_packed", mla_dtype_name(dtype));
+    char name[40], op[2][56];
+    snprintf(name, sizeof name, "up_proj_%s%s%s", mla_dtype_name(dtype),
+             out == MLA_DTYPE_F32 ? "" : "_out_", out == MLA_DTYPE_F32 ? "" : mla_dtype_name(out));
+    snprintf(op[0], sizeof op[0], "%s", name);
+    snprintf(op[1], sizeof op[1], "%s_packed", name);
     gemm_bench gb = {0};
-    bool ok = gemm_bench_init(&gb, m, heads, k, dtype, most_threads(p));
+    bool ok = gemm_bench_init(&gb, m, heads, k, dtype, out, most_threads(p));
     if (ok)
         print_header(o->json);
     for (int b = 0; ok && b < p->nbackends; b++) {

@@ -14,7 +14,7 @@
  *             [--batch B] [--qk-dim D] [--v-dim D] [--rope-dim R] [--whole-k]
  *             [--causal|--no-causal] [--q-dtype D] [--json]
  *   mla_bench gemm    [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
- *             [--kv-lora-rank L] [--q-dtype D] [--json]
+ *             [--kv-lora-rank L] [--q-dtype D] [--out-dtype D] [--json]
  *   mla_bench merge   [--threads N] [--backend NAME] [--reps R] [--tokens T] [--heads H]
  *             [--q-dtype D] [--json]
  *
@@ -100,7 +100,8 @@ static const char usage_text[] =
     "            every backend; each timed alternately with its FMA probe\n"
     "  gemm      mla_up_proj (kv_b_proj up-projection, the packed GEMM): M = --tokens\n"
     "            (default 2048), K = --kv-lora-rank, N = --heads (default 16) x (128 +\n"
-    "            128), kv_c and W in --q-dtype (f32 or bf16; default f32), f32 out;\n"
+    "            128), kv_c and W in --q-dtype (f32 or bf16; default f32), out in\n"
+    "            --out-dtype (default f32; the prefill op writes its q dtype);\n"
     "            GFLOP/s = 2MNK / time, against each backend's FMA peak (the AMX-BF16\n"
     "            probe's on avx512_amx with bf16 operands); op up_proj_<dt> packs W\n"
     "            in the call, up_proj_<dt>_packed takes it packed ahead\n"
@@ -155,6 +156,8 @@ static const char usage_text[] =
     "  --ctx C         decode: tokens in the cache of every request (default 4096)\n"
     "  --sq S          decode: query tokens per request (default 1; MTP when > 1)\n"
     "  --q-dtype D     decode: q and output dtype (f32 bf16 f16; default f32)\n"
+    "  --out-dtype D   gemm: k_nope and v dtype (f32 bf16 f16; default f32); op\n"
+    "                  names gain _out_<D> when it is not f32\n"
     "  --kv-lora-rank L  decode: latent width L (default 512)\n"
     "  --rope-dim R    decode: rope width R (default 64); the cache is L + R wide\n"
     "  --parts N       decode: split-KV schedule parts per call (default: one\n"
@@ -312,7 +315,7 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
                    .block_size = DEFAULT_BLOCK_SIZE, .cache_dtype = -1, .other_dtype = -1,
                    .heads = DEFAULT_HEADS, .batch = DEFAULT_BATCH, .ctx = DEFAULT_CTX, .sq = 1,
                    .kv_lora_rank = DEFAULT_KV_LORA_RANK, .rope_dim = DEFAULT_ROPE_DIM,
-                   .q_dtype = -1, .qk_dim = 192, .v_dim = 128, .causal = true};
+                   .q_dtype = -1, .out_dtype = -1, .qk_dim = 192, .v_dim = 128, .causal = true};
     *cmd = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -377,6 +380,8 @@ static int parse_args(int argc, char **argv, options *o, const struct command **
                 o->rope_dim = v;
         } else if (strcmp(a, "--q-dtype") == 0) {
             ok = dtype_arg(argc, argv, &i, &o->q_dtype);
+        } else if (strcmp(a, "--out-dtype") == 0) {
+            ok = dtype_arg(argc, argv, &i, &o->out_dtype);
         } else if (strcmp(a, "--parts") == 0) {
             if ((ok = int_arg(argc, argv, &i, 1, MAX_TOKENS, &v)))
                 o->parts = v;

@@ -1,5 +1,6 @@
 """Runs mla_bench with --json for the PyTorch comparison scripts."""
 import json
+import os
 import subprocess
 import sys
 
@@ -17,3 +18,21 @@ def mla_bench_rows(cmd, op, threads):
     if not rows:
         sys.exit("mla_bench printed no %s row: %s" % (op, " ".join(cmd)))
     return rows
+
+
+def start_torch(ap, args, positive):
+    """After the argument checks (each of `positive` at least 1, --mla-bench
+    executable), so that --help works without torch: torch imported, on
+    --threads threads (0: every CPU this process may run on, as mla_bench's
+    omp_get_max_threads()) and seeded. Returns torch and the thread count."""
+    for name in positive:
+        if getattr(args, name) < 1:
+            ap.error("--%s must be at least 1" % name.replace("_", "-"))
+    if not os.access(args.mla_bench, os.X_OK):
+        ap.error("--mla-bench %s is not an executable (make it first)" % args.mla_bench)
+    import torch
+
+    threads = args.threads if args.threads > 0 else len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    return torch, threads

@@ -19,11 +19,10 @@ with --no-causal), the formula `mla_bench attn` uses.
 """
 import argparse
 import json
-import os
 import statistics
 import time
 
-from mla_bench_json import mla_bench_rows
+from mla_bench_json import mla_bench_rows, start_torch
 
 QK_DIM, V_DIM, ROPE_DIM = 192, 128, 64
 SCALE = 0.1352  # as mla_bench attn: DeepSeek V3's softmax scale
@@ -95,17 +94,7 @@ def main():
                     help="libmla backend (default: the fastest on a 256-token request)")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout, nothing else")
     args = ap.parse_args()
-    for name in ("tokens", "heads", "batch", "reps", "rounds"):
-        if getattr(args, name) < 1:
-            ap.error("--%s must be at least 1" % name)
-    if not os.access(args.mla_bench, os.X_OK):
-        ap.error("--mla-bench %s is not an executable (make it first)" % args.mla_bench)
-
-    import torch  # after the argument checks: --help works without torch
-
-    threads = args.threads if args.threads > 0 else len(os.sched_getaffinity(0))
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
+    torch, threads = start_torch(ap, args, ("tokens", "heads", "batch", "reps", "rounds"))
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     b, h, t = args.batch, args.heads, args.tokens
     q = torch.empty(b, h, t, QK_DIM, dtype=torch.float32).uniform_(-1, 1).to(dtype)

@@ -97,9 +97,72 @@ void mla_cvt_e5m2_f32__avx512(const uint8_t *src, float *dst, int64_t n, float s
     }
 }
 
-/* Widened as above and rounded to bf16 in registers: no f32 row between. */
+/* Scale 1 (decode's fp8 rows: it folds the scale into the scores and the
+ * output): every e4m3 and e5m2 value is a bf16 normal, so the conversion is
+ * exact and stays on 16-bit lanes, 32 codes a step. A normal code is its
+ * magnitude bits moved up 7 - m with the exponent rebiased by 127 - bias;
+ * zero, the denormals (magnitude below 2^m) and inf and NaN (the top
+ * magnitudes) come from a table indexed by the magnitude's low five bits,
+ * filled by the scaled path at scale 1 from codes 0-15 and 0x70-0x7f, so
+ * that both paths give the same bits by construction. About 8 operations
+ * per 32 values against 20 per 16 on the f32 path. */
+typedef struct bf16_lanes {
+    __m512i table, rebias, low, high;
+    int shift;
+} bf16_lanes;
+
+static bf16_lanes lanes_of(const mla_fp8_format *f, __m512 (*widen)(__m128i))
+{
+    const __m128i lo = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i t0 = mla_round_bf16_epi32(widen(lo));
+    const __m512i t1 = mla_round_bf16_epi32(widen(_mm_or_si128(lo, _mm_set1_epi8(0x70))));
+    const int top = f->has_inf ? 0x7f & ~((1 << f->man_bits) - 1) : 0x7f;
+    return (bf16_lanes){
+        .table = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(t0)),
+                                    _mm512_cvtepi32_epi16(t1), 1),
+        .rebias = _mm512_set1_epi16((short)((127 - f->bias) << 7)),
+        .low = _mm512_set1_epi16((short)(1 << f->man_bits)),
+        .high = _mm512_set1_epi16((short)top),
+        .shift = 7 - f->man_bits,
+    };
+}
+
+static inline __m512i bf16_bits(const bf16_lanes *t, __m256i codes)
+{
+    const __m512i x = _mm512_cvtepu8_epi16(codes);
+    const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi16(0x7f));
+    const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(mag, (unsigned)t->shift), t->rebias);
+    const __mmask32 special = _mm512_cmplt_epu16_mask(mag, t->low) |
+                              _mm512_cmpge_epu16_mask(mag, t->high);
+    const __m512i v = _mm512_mask_permutexvar_epi16(normal, special, mag, t->table);
+    /* v | (x << 8 & 0x8000): the sign */
+    return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(x, 8), _mm512_set1_epi16((short)0x8000),
+                                     0xf8);
+}
+
+static void fp8_bf16_unscaled(const bf16_lanes *t, const uint8_t *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 32) {
+        const int64_t left = n - i;
+        const __mmask32 m = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+        _mm512_mask_storeu_epi16(dst + i, m, bf16_bits(t, _mm256_maskz_loadu_epi8(m, src + i)));
+    }
+}
+
+static __m512 widen_e4m3_unscaled(__m128i bytes)
+{
+    return widen_e4m3(bytes, _mm512_set1_ps(1.0f));
+}
+
+/* Other scales: widened as above and rounded to bf16 in registers, with no
+ * f32 row between. */
 void mla_cvt_e4m3_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
 {
+    if (scale == 1.0f) {
+        const bf16_lanes t = lanes_of(&MLA_FP8_E4M3, widen_e4m3_unscaled);
+        fp8_bf16_unscaled(&t, src, dst, n);
+        return;
+    }
     const __m512 s = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = mla_tail_mask16(n - i);
@@ -110,6 +173,11 @@ void mla_cvt_e4m3_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, flo
 
 void mla_cvt_e5m2_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
 {
+    if (scale == 1.0f) {
+        const bf16_lanes t = lanes_of(&MLA_FP8_E5M2, widen_e5m2);
+        fp8_bf16_unscaled(&t, src, dst, n);
+        return;
+    }
     const __m512 s = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = mla_tail_mask16(n - i);

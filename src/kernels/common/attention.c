@@ -136,7 +136,7 @@ float mla_attn_row_lse(float m, float l)
     return l == 0.0f ? -INFINITY : m + logf(l);
 }
 
-float mla_attn_finish_row(float *o, int64_t width, float m, float l)
+float mla_attn_finish_row(float *o, int64_t width, float m, float l, float scale)
 {
     if (l == 0.0f) {
         memset(o, 0, (size_t)width * sizeof(float));
@@ -144,7 +144,7 @@ float mla_attn_finish_row(float *o, int64_t width, float m, float l)
     }
     /* one division per row: a divide per element (512 of them a row) cost
      * decode's short splits 6% of their time */
-    const float inv = 1.0f / l;
+    const float inv = scale / l;
     for (int64_t e = 0; e < width; e++)
         o[e] *= inv;
     return mla_attn_row_lse(m, l);

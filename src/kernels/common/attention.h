@@ -77,10 +77,11 @@ int64_t mla_attn_causal_end(const mla_attn_causal *c, int64_t nr);
  * it. */
 bool mla_attn_causal_straddles(const mla_attn_causal *c, int64_t key0, int64_t n);
 
-/* Finishes one row: o = o * (1 / l) and returns the LSE m + ln l; a row that saw
- * no key (l == 0: none, or every logit -inf) becomes 0 with LSE -inf. A NaN
- * l (a NaN or +inf logit) is no empty row: o and the LSE come out NaN. */
-float mla_attn_finish_row(float *o, int64_t width, float m, float l);
+/* Finishes one row: o = o * (scale / l) and returns the LSE m + ln l; a row
+ * that saw no key (l == 0: none, or every logit -inf) becomes 0 with LSE
+ * -inf. A NaN l (a NaN or +inf logit) is no empty row: o and the LSE come
+ * out NaN. scale: 1, or decode's fp8 cache scale, which V left out. */
+float mla_attn_finish_row(float *o, int64_t width, float m, float l, float scale);
 
 /* The LSE of a finished row, m + ln l; -inf for a row that saw no key
  * (l == 0), NaN for a NaN l. */

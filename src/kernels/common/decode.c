@@ -145,7 +145,10 @@ typedef struct decode_ctx {
     scratch_layout x;
     int64_t elem_q, elem_cache;
     const mla_attn_route *route;
-    float score_scale;  /* applied to scores: 1 where Qt carries the scale   */
+    float score_scale;  /* applied to scores: 1 where Qt carries the scale,
+                         * times an fp8 cache's scale (row_scale 1)          */
+    float row_scale;    /* the cache's rows are converted with: 1 for fp8    */
+    float value_scale;  /* applied to O at the end: an fp8 cache's scale     */
     float *partial, *partial_lse, *partial_l; /* [slots][rows][L], [slots][rows] x 2 */
     const int32_t *split_prefix;              /* the schedule's slots per request */
     float *split_qt;                          /* [slots / 2][mblocks] Qt        */
@@ -247,12 +250,12 @@ static void convert_rows(const decode_ctx *c, void *dst, const char *src, int64_
     const int64_t d = c->shape.d;
     const mla_dtype to = c->route->dtype;
     if (stride == d) {
-        mla_convert_run(c->k, dst, to, src, cache->dtype, n * d, cache->scale);
+        mla_convert_run(c->k, dst, to, src, cache->dtype, n * d, c->row_scale);
         return;
     }
     for (int64_t r = 0; r < n; r++)
         mla_convert_run(c->k, (char *)dst + r * d * mla_dtype_size(to), to,
-                        src + r * stride * c->elem_cache, cache->dtype, d, cache->scale);
+                        src + r * stride * c->elem_cache, cache->dtype, d, c->row_scale);
 }
 
 /* The next tile's cache rows, asked for ahead of their use so that they
@@ -281,7 +284,7 @@ static void prefetch_rows(const decode_ctx *c, prefetch_cursor *pf, int64_t n)
 }
 
 /* Cache rows the route's GEMMs read in place; others are converted to the
- * route's dtype (widened to f32, or fp8 dequantised to bf16). */
+ * route's dtype (widened to f32, or fp8 to bf16, both unscaled). */
 static bool rows_in_place(const decode_ctx *c)
 {
     return c->route->dtype == c->cache->dtype;
@@ -373,6 +376,9 @@ static void finish_rows(const decode_ctx *c, float *ws, float *o, int64_t b, int
             float *dst = c->partial + at * s->l;
             if (l[r] == 0.0f)
                 memset(dst, 0, (size_t)s->l * sizeof(float));
+            else if (c->value_scale != 1.0f)
+                for (int64_t e = 0; e < s->l; e++) /* in place too */
+                    dst[e] = o[r * s->l + e] * c->value_scale;
             else if (dst != o + r * s->l)
                 memcpy(dst, o + r * s->l, (size_t)s->l * sizeof(float));
             c->partial_lse[at] = mla_attn_row_lse(m[r], l[r]);
@@ -380,7 +386,7 @@ static void finish_rows(const decode_ctx *c, float *ws, float *o, int64_t b, int
             continue;
         }
         float *row = o + r * s->l;
-        float lse = mla_attn_finish_row(row, s->l, m[r], l[r]);
+        float lse = mla_attn_finish_row(row, s->l, m[r], l[r], c->value_scale);
         int64_t t = b * a->s_q + i;
         mla_convert_run(c->k, (char *)a->out + (t * a->out_token_stride + h * a->out_head_stride) * c->elem_q,
                         a->q_dtype, row, MLA_DTYPE_F32, s->l, 1.0f);
@@ -572,7 +578,16 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
     decode_ctx c = {.k = k, .a = a, .cache = cache, .shape = shape_of(a),
                     .elem_q = mla_dtype_size(a->q_dtype), .elem_cache = mla_dtype_size(cache->dtype),
                     .route = mla_decode_route(k, a, cache), .split_prefix = split_prefix};
-    c.score_scale = c.route->q_scaled ? 1.0f : a->scale;
+    /* An fp8 cache is read as code * scale (docs/semantics.md). Every fp8
+     * value is exact in bf16 and f32, so its rows convert unscaled (on the
+     * bf16 routes a table lookup on 16-bit lanes, 4x cheaper than a multiply
+     * and a rounding per element) and the scale multiplies the scores and O
+     * instead: S = (q . k) * scale, O = scale * sum p v. The rows then
+     * round nothing, where each bf16 element was rounded after its multiply. */
+    const bool fp8 = mla_dtype_is_fp8(cache->dtype);
+    c.row_scale = fp8 ? 1.0f : cache->scale;
+    c.value_scale = fp8 ? cache->scale : 1.0f;
+    c.score_scale = (c.route->q_scaled ? 1.0f : a->scale) * c.value_scale;
     c.x = scratch_of(&c.shape);
     const int64_t slots = split_prefix[a->num_reqs];
     float *base = mla_align_ptr(workspace);

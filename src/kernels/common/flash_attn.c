@@ -222,7 +222,7 @@ static void finish_block(const fa_ctx *c, const fa_block *b, int64_t h)
     const mla_flash_attn_args *a = c->a;
     for (int64_t r = 0; r < b->rows; r++) {
         float *o = b->o + r * a->v_dim;
-        float lse = mla_attn_finish_row(o, a->v_dim, b->st.m[r], b->st.l[r]);
+        float lse = mla_attn_finish_row(o, a->v_dim, b->st.m[r], b->st.l[r], 1.0f);
         char *dst = (char *)a->out + ((b->t0 + r) * a->out_token_stride + h * a->out_head_stride) * c->elem;
         mla_convert_run(c->k, dst, a->dtype, o, MLA_DTYPE_F32, a->v_dim, 1.0f);
         if (a->lse)
