@@ -12,9 +12,10 @@
  *             GEMM depth; keys read in place; the scale applied to S.
  *   amx-bf16  gemm_bf16tile (AMX-BF16 TDPBF16PS), when q is bf16 and the
  *             keys bf16 or fp8 (converted to bf16 rows once per tile,
- *             shared by both GEMMs, the fp8 scale left to S and O), or f32 q with any keys on the caller's
- *             bf16_compute opt-in (q and keys rounded to bf16): the
- *             bf16-dot route's layouts on tiles.
+ *             shared by both GEMMs, the fp8 scale left to S and O), or
+ *             f32 q with any keys on the caller's bf16_compute opt-in (q
+ *             and keys rounded to bf16): the bf16-dot route's layouts on
+ *             tiles.
  *   f16       gemm_f16f16 (FMLAL), when q and the keys are f16: the f32
  *             route's layouts with f16 elements, keys and V read in place,
  *             P rounded to f16; the scale applied to S.

@@ -284,7 +284,8 @@ static void prefetch_rows(const decode_ctx *c, prefetch_cursor *pf, int64_t n)
 }
 
 /* Cache rows the route's GEMMs read in place; others are converted to the
- * route's dtype (widened to f32, or fp8 to bf16, both unscaled). */
+ * route's dtype (widened to f32, or fp8 to bf16; an fp8 cache's scale is
+ * left to S and O). */
 static bool rows_in_place(const decode_ctx *c)
 {
     return c->route->dtype == c->cache->dtype;
