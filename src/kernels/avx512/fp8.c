@@ -51,12 +51,14 @@ void mla_cvt_f32_e5m2__avx512(const float *src, uint8_t *dst, int64_t n, float s
     narrow(&MLA_FP8_E5M2, src, dst, n, scale);
 }
 
-/* 16 e4m3 codes -> 16 floats times scale, as neon/fp8.c: a normal code's
- * magnitude bits moved up 20 with the exponent rebiased by 120 are its f32,
- * a denormal's mantissa times 2^-9 is exact, and multiplying by scale rounds
- * once. Nothing on the way is an f32 denormal, which Intel cores take a
- * microcode assist for (fp8 decode ran 2.4x slower with many denormal
- * codes) and which DAZ would read as 0. */
+/* 16 fp8 codes -> 16 floats times scale, rounded once. */
+typedef __m512 widen_fn(__m128i bytes, __m512 scale);
+
+/* e4m3, as neon/fp8.c: a normal code's magnitude bits moved up 20 with the
+ * exponent rebiased by 120 are its f32, a denormal's mantissa times 2^-9 is
+ * exact, and multiplying by scale rounds once. Nothing on the way is an f32
+ * denormal, which Intel cores take a microcode assist for (fp8 decode ran
+ * 2.4x slower with many denormal codes) and which DAZ would read as 0. */
 static inline __m512 widen_e4m3(__m128i bytes, __m512 scale)
 {
     const __m512i b = _mm512_cvtepu8_epi32(bytes);
@@ -72,29 +74,32 @@ static inline __m512 widen_e4m3(__m128i bytes, __m512 scale)
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
 }
 
-/* 16 e5m2 codes -> 16 floats (unscaled): each code is the high byte of an f16. */
-static inline __m512 widen_e5m2(__m128i bytes)
+/* e5m2: each code is the high byte of an f16, widened exactly, then one
+ * multiply by scale. */
+static inline __m512 widen_e5m2(__m128i bytes, __m512 scale)
 {
-    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 8));
+    return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 8)), scale);
+}
+
+/* fp8 -> f32, 16 codes a step, the tail masked. */
+static inline void widen_f32(widen_fn *widen, const uint8_t *src, float *dst, int64_t n,
+                             float scale)
+{
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mla_tail_mask16(n - i);
+        _mm512_mask_storeu_ps(dst + i, m, widen(_mm_maskz_loadu_epi8(m, src + i), s));
+    }
 }
 
 void mla_cvt_e4m3_f32__avx512(const uint8_t *src, float *dst, int64_t n, float scale)
 {
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = mla_tail_mask16(n - i);
-        _mm512_mask_storeu_ps(dst + i, m, widen_e4m3(_mm_maskz_loadu_epi8(m, src + i), s));
-    }
+    widen_f32(widen_e4m3, src, dst, n, scale);
 }
 
 void mla_cvt_e5m2_f32__avx512(const uint8_t *src, float *dst, int64_t n, float scale)
 {
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = mla_tail_mask16(n - i);
-        __m512 v = widen_e5m2(_mm_maskz_loadu_epi8(m, src + i));
-        _mm512_mask_storeu_ps(dst + i, m, _mm512_mul_ps(v, s));
-    }
+    widen_f32(widen_e5m2, src, dst, n, scale);
 }
 
 /* Scale 1 (decode's fp8 rows: it folds the scale into the scores and the
@@ -111,11 +116,12 @@ typedef struct bf16_lanes {
     int shift;
 } bf16_lanes;
 
-static bf16_lanes lanes_of(const mla_fp8_format *f, __m512 (*widen)(__m128i))
+static bf16_lanes lanes_of(const mla_fp8_format *f, widen_fn *widen)
 {
     const __m128i lo = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i t0 = mla_round_bf16_epi32(widen(lo));
-    const __m512i t1 = mla_round_bf16_epi32(widen(_mm_or_si128(lo, _mm_set1_epi8(0x70))));
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512i t0 = mla_round_bf16_epi32(widen(lo, one));
+    const __m512i t1 = mla_round_bf16_epi32(widen(_mm_or_si128(lo, _mm_set1_epi8(0x70)), one));
     const int top = f->has_inf ? 0x7f & ~((1 << f->man_bits) - 1) : 0x7f;
     return (bf16_lanes){
         .table = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(t0)),
@@ -140,48 +146,34 @@ static inline __m512i bf16_bits(const bf16_lanes *t, __m256i codes)
                                      0xf8);
 }
 
-static void fp8_bf16_unscaled(const bf16_lanes *t, const uint8_t *src, uint16_t *dst, int64_t n)
-{
-    for (int64_t i = 0; i < n; i += 32) {
-        const int64_t left = n - i;
-        const __mmask32 m = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
-        _mm512_mask_storeu_epi16(dst + i, m, bf16_bits(t, _mm256_maskz_loadu_epi8(m, src + i)));
-    }
-}
-
-static __m512 widen_e4m3_unscaled(__m128i bytes)
-{
-    return widen_e4m3(bytes, _mm512_set1_ps(1.0f));
-}
-
-/* Other scales: widened as above and rounded to bf16 in registers, with no
- * f32 row between. */
-void mla_cvt_e4m3_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+/* fp8 -> bf16: at scale 1 on 16-bit lanes as above; at other scales
+ * widened and rounded to bf16 in registers, with no f32 row between. */
+static inline void widen_bf16(const mla_fp8_format *f, widen_fn *widen, const uint8_t *src,
+                              uint16_t *dst, int64_t n, float scale)
 {
     if (scale == 1.0f) {
-        const bf16_lanes t = lanes_of(&MLA_FP8_E4M3, widen_e4m3_unscaled);
-        fp8_bf16_unscaled(&t, src, dst, n);
+        const bf16_lanes t = lanes_of(f, widen);
+        for (int64_t i = 0; i < n; i += 32) {
+            const __mmask32 m = mla_tail_mask32(n - i);
+            const __m512i bits = bf16_bits(&t, _mm256_maskz_loadu_epi8(m, src + i));
+            _mm512_mask_storeu_epi16(dst + i, m, bits);
+        }
         return;
     }
     const __m512 s = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = mla_tail_mask16(n - i);
-        __m512i r = mla_round_bf16_epi32(widen_e4m3(_mm_maskz_loadu_epi8(m, src + i), s));
+        __m512i r = mla_round_bf16_epi32(widen(_mm_maskz_loadu_epi8(m, src + i), s));
         _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
     }
 }
 
+void mla_cvt_e4m3_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
+{
+    widen_bf16(&MLA_FP8_E4M3, widen_e4m3, src, dst, n, scale);
+}
+
 void mla_cvt_e5m2_bf16__avx512(const uint8_t *src, uint16_t *dst, int64_t n, float scale)
 {
-    if (scale == 1.0f) {
-        const bf16_lanes t = lanes_of(&MLA_FP8_E5M2, widen_e5m2);
-        fp8_bf16_unscaled(&t, src, dst, n);
-        return;
-    }
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = mla_tail_mask16(n - i);
-        __m512 v = _mm512_mul_ps(widen_e5m2(_mm_maskz_loadu_epi8(m, src + i)), s);
-        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(mla_round_bf16_epi32(v)));
-    }
+    widen_bf16(&MLA_FP8_E5M2, widen_e5m2, src, dst, n, scale);
 }

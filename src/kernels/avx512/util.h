@@ -11,6 +11,12 @@ static inline __mmask16 mla_tail_mask16(int64_t left)
     return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
+/* Lanes of a 32-wide step (16-bit lanes, or bytes) still inside the array. */
+static inline __mmask32 mla_tail_mask32(int64_t left)
+{
+    return left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+}
+
 /* 16 bf16 codes widened to f32, exactly (each code's bits << 16). */
 static inline __m512 mla_widen_bf16_ps(__m256i h)
 {

@@ -171,7 +171,7 @@ static float merge_max(const float *lse, int64_t lse_stride, int64_t count)
 
 float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const float *o,
                          int64_t o_stride, const float *lse, const float *norm,
-                         int64_t lse_stride, int64_t count)
+                         int64_t lse_stride, int64_t count, float scale)
 {
     float mx = merge_max(lse, lse_stride, count);
     memset(dst, 0, (size_t)width * sizeof(float));
@@ -185,6 +185,7 @@ float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const 
         float w = expf(empty_if_inf(lse[q * lse_stride]) - mx) / sum;
         if (norm && w != 0.0f) /* an empty row's l is 0 */
             w /= norm[q * lse_stride];
+        w *= scale;
         /* the next partial's row, asked for while this one is added: the
          * rows were written by other threads, and a core keeps more of
          * their misses in flight this way (the combine of a 16-way split

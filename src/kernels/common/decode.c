@@ -148,7 +148,8 @@ typedef struct decode_ctx {
     float score_scale;  /* applied to scores: 1 where Qt carries the scale,
                          * times an fp8 cache's scale (row_scale 1)          */
     float row_scale;    /* the cache's rows are converted with: 1 for fp8    */
-    float value_scale;  /* applied to O at the end: an fp8 cache's scale     */
+    float value_scale;  /* applied to O where it is normalised (finish or
+                         * combine): an fp8 cache's scale                   */
     float *partial, *partial_lse, *partial_l; /* [slots][rows][L], [slots][rows] x 2 */
     const int32_t *split_prefix;              /* the schedule's slots per request */
     float *split_qt;                          /* [slots / 2][mblocks] Qt        */
@@ -377,9 +378,6 @@ static void finish_rows(const decode_ctx *c, float *ws, float *o, int64_t b, int
             float *dst = c->partial + at * s->l;
             if (l[r] == 0.0f)
                 memset(dst, 0, (size_t)s->l * sizeof(float));
-            else if (c->value_scale != 1.0f)
-                for (int64_t e = 0; e < s->l; e++) /* in place too */
-                    dst[e] = o[r * s->l + e] * c->value_scale;
             else if (dst != o + r * s->l)
                 memcpy(dst, o + r * s->l, (size_t)s->l * sizeof(float));
             c->partial_lse[at] = mla_attn_row_lse(m[r], l[r]);
@@ -468,7 +466,7 @@ static void combine_row(const decode_ctx *c, float *tmp, int64_t b, int64_t rr, 
     const int64_t rows = c->shape.rows, len = c->shape.l;
     float lse = mla_attn_merge_row(c->k, tmp, len, c->partial + (slot0 * rows + rr) * len,
                                    rows * len, c->partial_lse + slot0 * rows + rr,
-                                   c->partial_l + slot0 * rows + rr, rows, splits);
+                                   c->partial_l + slot0 * rows + rr, rows, splits, c->value_scale);
     int64_t i = rr / a->num_heads, h = rr % a->num_heads, t = b * a->s_q + i;
     mla_convert_run(c->k, (char *)a->out + (t * a->out_token_stride + h * a->out_head_stride) * c->elem_q,
                     a->q_dtype, tmp, MLA_DTYPE_F32, len, 1.0f);
