@@ -104,11 +104,13 @@ static mla_block_layout resolved_layout(const mla_block_layout *given)
 static void make_requests(fz *f, batch_case *c)
 {
     const mla_block_layout resolved = resolved_layout(&c->layout), *l = &resolved;
-    const bool layout_sane = l->kernel_block_size >= 1 && l->manager_block_size >= 1 &&
-                             l->manager_block_size % l->kernel_block_size == 0 &&
-                             l->cp_world_size >= 1 && l->cp_world_size <= 3;
-    c->m = layout_sane ? l->manager_block_size / l->kernel_block_size : 1;
-    c->span = layout_sane ? fz_mul(l->kernel_block_size, l->cp_world_size) : 1;
+    /* m as the library expands block ids, whatever the context parallelism
+     * (a hostile cp_world_size of 2^63 - 1 is valid with 1-token blocks) */
+    const bool blocks_sane = l->kernel_block_size >= 1 && l->manager_block_size >= 1 &&
+                             l->manager_block_size % l->kernel_block_size == 0;
+    c->m = blocks_sane ? l->manager_block_size / l->kernel_block_size : 1;
+    c->span = blocks_sane && l->cp_world_size >= 1 ? fz_mul(l->kernel_block_size, l->cp_world_size)
+                                                   : 1;
     c->B = fz_edge(f, fz_in(f, 0, 6));
     int64_t cols = 0;
     for (int64_t r = 0; r < MAX_REQS; r++) {
