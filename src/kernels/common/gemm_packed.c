@@ -85,42 +85,36 @@ static void scatter_f32(const mla_kernels *kern, const void *row, mla_dtype dtyp
     }
 }
 
-/* The bf16 pairs of one row, pair q at dst[q * ld] (two elements), an odd k
- * completed by a zero. Row and dst as scatter_f32's. */
-static void scatter_pairs(const uint16_t *row, int64_t k, uint16_t *dst, int64_t ld)
-{
-    for (int64_t p = 0; p < k; p++)
-        mla_store_u16(dst + (p / 2) * ld + p % 2, mla_load_u16(row + p));
-    if (k % 2)
-        mla_store_u16(dst + (k / 2) * ld + 1, 0);
-}
-
 /* `rows` rows of k elements (ld apart, dtype) into a [k][rows] block column
  * by column: f32, X(i, p) at blk[p * rows + i]; bf16 pairs, at
  * blk16[2 * (i + (p/2) * rows) + p%2]. A row block of A, or a strip of W.
- * f32 rows go through the transpose_u32 kernel, TRANSPOSE_ROWS rows a call (a
- * strided store per element made packing W a fifth of a 16-thread GEMM). */
+ * f32 rows, and bf16 rows read as words of two elements, go through the
+ * transpose_u32 kernel, TRANSPOSE_ROWS rows a call (a strided store per
+ * element made packing W a fifth of a 16-thread GEMM); an odd k's last
+ * pair is completed by a zero. */
 static void pack_rows(const mla_kernels *kern, const void *src, mla_dtype dtype, int64_t ld,
                       int64_t rows, int64_t k, bool dot, void *blk)
 {
     const int64_t size = mla_dtype_size(dtype);
-    if (!dot && dtype == MLA_DTYPE_F32) {
+    if (dot || dtype == MLA_DTYPE_F32) {
+        const int64_t words = dot ? k / 2 : k;
         const void *row[TRANSPOSE_ROWS];
         for (int64_t i0 = 0; i0 < rows; i0 += TRANSPOSE_ROWS) {
             int64_t m = rows - i0 < TRANSPOSE_ROWS ? rows - i0 : TRANSPOSE_ROWS;
             for (int64_t i = 0; i < m; i++)
-                row[i] = (const float *)src + (i0 + i) * ld;
-            kern->transpose_u32((uint32_t *)blk + i0, rows, row, m, k);
+                row[i] = (const char *)src + (i0 + i) * ld * size;
+            kern->transpose_u32((uint32_t *)blk + i0, rows, row, m, words);
+        }
+        for (int64_t i = 0; dot && k % 2 && i < rows; i++) {
+            const uint16_t *row = (const uint16_t *)((const char *)src + i * ld * size);
+            uint16_t *last = (uint16_t *)blk + 2 * (i + words * rows);
+            mla_store_u16(last, mla_load_u16(row + k - 1));
+            mla_store_u16(last + 1, 0);
         }
         return;
     }
-    for (int64_t i = 0; i < rows; i++) {
-        const char *row = (const char *)src + i * ld * size;
-        if (dot)
-            scatter_pairs((const uint16_t *)row, k, (uint16_t *)blk + 2 * i, 2 * rows);
-        else
-            scatter_f32(kern, row, dtype, k, (float *)blk + i, rows);
-    }
+    for (int64_t i = 0; i < rows; i++)
+        scatter_f32(kern, (const char *)src + i * ld * size, dtype, k, (float *)blk + i, rows);
 }
 
 /* ---- the packed operands --------------------------------------------------------- */
