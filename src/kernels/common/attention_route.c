@@ -107,6 +107,15 @@ static int64_t p_region_floats(int64_t ld)
     return mla_round_up(MLA_ATTN_TILE * ld / 2, MLA_ALIGN / (int64_t)sizeof(float));
 }
 
+/* 16-bit values between V's pair rows: a row's 2 * width and one line
+ * more. Rows 2 KB apart, as 512-wide values make them, put a B tile's 16
+ * rows in 2 of L1's 64 sets; decode H=16 B=32 on AMX tiles ran 6 % faster
+ * with the line added (bench/RESULTS.md, run 69). */
+static int64_t pair_row_halves(int64_t width)
+{
+    return 2 * width + MLA_ALIGN / 2;
+}
+
 /* P (rounded to bf16) as A, ld rows of pairs along the tile's keys, and V
  * as B, pairs of rows along them, in one pass each; zero pairs complete
  * the depth to a multiple of `step` pairs (tiles load 16 pairs at a time,
@@ -124,11 +133,13 @@ static void values_pairs(mla_gemm_bf16dot_fn *gemm, int64_t step, const mla_kern
     for (int64_t q = 0; q < v->nruns; q++)
         for (int64_t j = 0; j < v->runs[q].count; j++)
             rows[v->runs[q].first + j] = (const uint16_t *)v->runs[q].rows + j * v->stride;
+    const int64_t ldv = pair_row_halves(v->width);
     for (int64_t j = 0; j < v->n; j += 2)
-        k->interleave_u16(vp + j * v->width, rows[j], j + 1 < v->n ? rows[j + 1] : NULL, v->width);
-    memset(vp + 2 * pairs * v->width, 0, (size_t)(2 * (depth - pairs) * v->width) * sizeof *vp);
-    gemm(v->ld, v->width, 2 * depth, (const uint16_t *)pa, depth, 1, vp, 2 * v->width, v->o,
-         v->width, v->alpha);
+        k->interleave_u16(vp + j / 2 * ldv, rows[j], j + 1 < v->n ? rows[j + 1] : NULL, v->width);
+    for (int64_t p = pairs; p < depth; p++)
+        memset(vp + p * ldv, 0, (size_t)(2 * v->width) * sizeof *vp);
+    gemm(v->ld, v->width, 2 * depth, (const uint16_t *)pa, depth, 1, vp, ldv, v->o, v->width,
+         v->alpha);
 }
 
 static void scores_bf16dot(const mla_kernels *k, int64_t n, int64_t ld, int64_t d, const void *keys,
@@ -243,8 +254,8 @@ const mla_attn_route *mla_attn_half_routes(int *count)
 int64_t mla_attn_route_scratch_floats(int64_t ld, int64_t width)
 {
     /* the pair routes' needs cover f16's (P alone) and f32's (none) */
-    return p_region_floats(ld) +
-           mla_round_up(MLA_ATTN_TILE * width / 2, MLA_ALIGN / (int64_t)sizeof(float));
+    return p_region_floats(ld) + mla_round_up(MLA_ATTN_TILE / 2 * pair_row_halves(width) / 2,
+                                              MLA_ALIGN / (int64_t)sizeof(float));
 }
 
 /* ---- init-time timing ------------------------------------------------------------ */
