@@ -182,10 +182,15 @@ typedef void mla_transpose_pairs_bf16_fn(uint32_t *dst, int64_t ld, const float 
  * with mx the larger of m and the tile's scores and u = mx (0 where mx is
  * -inf, so nothing becomes NaN): alpha = e^(m - u), m = mx, S = e^(S - u)
  * (exp by the table's exp_f32, over whole padded rows), and for r < nr
- * l = l * alpha + the sum of the row's S in key order. Each value's
+ * l = l * alpha + the sum of the row's S in key order. The running maximum
+ * is lazy: where mx exceeds m by MLA_SOFTMAX_RESCALE_SLACK or less, mx is
+ * taken to be m, so alpha is exactly 1 and the output's accumulators need
+ * no rescale (S then reaches e^slack at most, which neither f32 nor f16
+ * overflows; m + ln l is the same LSE either way). Each value's
  * operations are fixed, so two tables with the same exp_f32 give the same
  * bits. */
 #define MLA_SOFTMAX_MAX_ROWS 128
+#define MLA_SOFTMAX_RESCALE_SLACK 8.0f
 typedef void mla_softmax_tile_fn(float *s, int64_t n, int64_t ld, int64_t nr, float score_scale,
                                  const int64_t *hidden, float *m, float *l, float *alpha);
 /* y[i] = y[i] + w * x[i] for i < n: the product rounded to f32, then the

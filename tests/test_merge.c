@@ -209,6 +209,8 @@ static void softmax_tile_expected(const mla_backend_desc *b, float *s, int64_t n
             if (r < nr)
                 mx = *v > mx ? *v : mx;
         }
+        if (!(mx > m[r] + MLA_SOFTMAX_RESCALE_SLACK)) /* within the slack: m kept */
+            mx = m[r];
         float use = mx == -INFINITY ? 0.0f : mx, a = m[r] - use;
         b->kernels.exp_f32(&a, &a, 1);
         for (int64_t j = 0; j < n; j++) {

@@ -34,9 +34,12 @@ static inline void mla_softmax_tile_body(float *s, int64_t n, int64_t ld, int64_
             mx[r] = row[r] > mx[r] ? row[r] : mx[r];
     }
     for (int64_t r = 0; r < ld; r++) {
-        float use = mx[r] == -INFINITY ? 0.0f : mx[r];
+        /* a maximum within the slack of the running one is not taken, so
+         * that P.V's tiles of C resume from O unscaled (mla_backend.h) */
+        float top = mx[r] > m[r] + MLA_SOFTMAX_RESCALE_SLACK ? mx[r] : m[r];
+        float use = top == -INFINITY ? 0.0f : top;
         alpha[r] = m[r] - use; /* pad rows: -inf - 0 */
-        m[r] = mx[r];
+        m[r] = top;
         mx[r] = use;
     }
     /* one pass per key row while it is in L1: a tile's S (up to 128 KB)

@@ -82,7 +82,7 @@ static void rescale_only(const mla_attn_values *v)
 {
     for (int64_t r = 0; r < v->ld; r++)
         for (int64_t e = 0; e < v->width; e++)
-            v->o[r * v->width + e] = v->alpha ? v->alpha[r] * v->o[r * v->width + e] : 0.0f;
+            v->o[r * v->ldo + e] = v->alpha ? v->alpha[r] * v->o[r * v->ldo + e] : 0.0f;
 }
 
 void mla_attn_tile_values(const mla_kernels *k, const mla_attn_route *route,
@@ -117,7 +117,7 @@ void mla_attn_tile_values(const mla_kernels *k, const mla_attn_route *route,
     for (int64_t j = seen; j < v->n; j++) {
         const float *vj = mla_widen_piece(k, value_row(v, j, elem), route->dtype, 0, v->width, row);
         for (int64_t r = hidden_rows(mask, key0 + j, nr); r < nr; r++)
-            k->scale_add_f32(v->o + r * v->width, vj, v->s[j * v->ld + r], v->width);
+            k->scale_add_f32(v->o + r * v->ldo, vj, v->s[j * v->ld + r], v->width);
     }
 }
 

@@ -43,7 +43,7 @@ static void values_f32(const mla_kernels *k, const mla_attn_values *v)
 {
     for (int64_t q = 0; q < v->nruns; q++)
         k->gemm_f32(v->ld, v->width, v->runs[q].count, v->s + v->runs[q].first * v->ld, 1, v->ld,
-                    v->runs[q].rows, v->stride, v->o, v->width, q == 0 ? v->alpha : v->ones);
+                    v->runs[q].rows, v->stride, v->o, v->ldo, q == 0 ? v->alpha : v->ones);
 }
 
 /* ---- half precision: q packed raw ------------------------------------------ */
@@ -138,7 +138,7 @@ static void values_pairs(mla_gemm_bf16dot_fn *gemm, int64_t step, const mla_kern
         k->interleave_u16(vp + j / 2 * ldv, rows[j], j + 1 < v->n ? rows[j + 1] : NULL, v->width);
     for (int64_t p = pairs; p < depth; p++)
         memset(vp + p * ldv, 0, (size_t)(2 * v->width) * sizeof *vp);
-    gemm(v->ld, v->width, 2 * depth, (const uint16_t *)pa, depth, 1, vp, ldv, v->o, v->width,
+    gemm(v->ld, v->width, 2 * depth, (const uint16_t *)pa, depth, 1, vp, ldv, v->o, v->ldo,
          v->alpha);
 }
 
@@ -181,7 +181,7 @@ static void values_f16(const mla_kernels *k, const mla_attn_values *v)
     k->cvt_f32_f16(v->s, p16, v->n * v->ld);
     for (int64_t q = 0; q < v->nruns; q++)
         k->gemm_f16f16(v->ld, v->width, v->runs[q].count, p16 + v->runs[q].first * v->ld, 1, v->ld,
-                       v->runs[q].rows, v->stride, v->o, v->width, q == 0 ? v->alpha : v->ones);
+                       v->runs[q].rows, v->stride, v->o, v->ldo, q == 0 ? v->alpha : v->ones);
 }
 
 /* ---- the table ---------------------------------------------------------------- */

@@ -32,7 +32,8 @@ typedef struct mla_key_run {
     int64_t count, first;
 } mla_key_run;
 
-/* The values product of one tile: O [ld][width] = alpha O + P^T V, with P
+/* The values product of one tile: O [ld][width] = alpha O + P^T V (O's
+ * rows ldo floats apart), with P
  * the exp'd scores S [n][ld] and V's rows given as runs (alpha scales O
  * once, on the first run; `ones` is alpha's all-ones twin for later runs).
  * alpha NULL starts O from 0, unread: a pass's first tile. V's elements
@@ -45,6 +46,7 @@ typedef struct mla_attn_values {
     const mla_key_run *runs;
     int64_t nruns, stride;
     float *o;
+    int64_t ldo;
     const float *alpha, *ones;
     float *scratch; /* mla_attn_route_scratch_floats floats */
 } mla_attn_values;

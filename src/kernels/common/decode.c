@@ -56,6 +56,7 @@ typedef struct decode_shape {
     int64_t mb_rows;   /* real rows per pass (the last may have fewer)     */
     int64_t mb;        /* rows per pass, padded: Qt / S row length         */
     int64_t d, l;      /* L + R, L                                         */
+    int64_t lo;        /* floats between O's rows (scratch and partials)   */
 } decode_shape;
 
 /* Per-thread scratch, in floats. */
@@ -63,10 +64,20 @@ typedef struct scratch_layout {
     int64_t qt, s, o, kf, qrow, m, l, alpha, ones, route, total;
 } scratch_layout;
 
+/* O's rows one cache line longer than whole lines of L: 512 floats a row,
+ * 2 KB apart, would put a tile's 16 rows in 2 of L1's 64 sets, and the AMX
+ * kernel loads O's tiles in place (gemm_avx512_amx.c), which ran 15 %
+ * faster than staging them with the rows padded and no faster unpadded
+ * (bench/RESULTS.md, run 72). */
+static int64_t o_row_floats(int64_t l)
+{
+    return mla_round_up(l, MLA_ALIGN / (int64_t)sizeof(float)) + MLA_ALIGN / (int64_t)sizeof(float);
+}
+
 static decode_shape shape_of(const mla_decode_args *a)
 {
     decode_shape s = {.rows = a->s_q * a->num_heads, .d = a->kv_lora_rank + a->rope_dim,
-                      .l = a->kv_lora_rank};
+                      .l = a->kv_lora_rank, .lo = o_row_floats(a->kv_lora_rank)};
     s.mblocks = mla_ceil_div(s.rows, MLA_ATTN_MAX_ROWS);
     s.mb_rows = mla_ceil_div(s.rows, s.mblocks);
     s.mb = mla_round_up(s.mb_rows, MLA_ATTN_ROW_MULTIPLE);
@@ -88,7 +99,7 @@ static scratch_layout scratch_of(const decode_shape *s)
 #define PLACE(field, floats) x.field = at, at += mla_round_up(floats, step)
     PLACE(qt, qt_floats(s->d, s->mb));
     PLACE(s, MLA_ATTN_TILE * s->mb);
-    PLACE(o, s->mb * s->l);
+    PLACE(o, s->mb * s->lo);
     PLACE(kf, MLA_ATTN_TILE * s->d);
     PLACE(qrow, MLA_ATTN_PACK_ROWS * s->d);
     PLACE(m, s->mb);
@@ -124,7 +135,7 @@ bool mla_decode_workspace(const mla_decode_args *a, int64_t slots, int threads, 
      * request has two slots or more; a pass's Qt is at most d x widest.mb,
      * and widest.mb and mblocks only grow with s_q), as mla_decode_run
      * places them, in bytes */
-    if (!mla_region_bytes(slots, s.rows, s.l, sizeof(float), &partial) ||
+    if (!mla_region_bytes(slots, s.rows, s.lo, sizeof(float), &partial) ||
         !mla_region_bytes(slots, s.rows, 2, sizeof(float), &lse) ||
         !mla_region_bytes(slots / 2, s.mblocks, qt_floats(s.d, widest.mb), sizeof(float), &split_qt) ||
         __builtin_add_overflow(partial, lse, &total) || __builtin_add_overflow(total, scratch, &total) ||
@@ -335,7 +346,7 @@ static void tile_values(const decode_ctx *c, float *ws, float *o, const mla_key_
     const mla_key_run converted = {.rows = ws + c->x.kf, .count = n, .first = 0};
     const bool in_place = rows_in_place(c);
     mla_attn_values v = {
-        .ld = s->mb, .width = s->l, .n = n, .s = ws + c->x.s,
+        .ld = s->mb, .width = s->l, .n = n, .s = ws + c->x.s, .ldo = s->lo,
         .runs = in_place ? runs : &converted, .nruns = in_place ? nruns : 1,
         .stride = in_place ? c->cache->entry_stride : s->d,
         .o = o, .alpha = first ? NULL : ws + c->x.alpha, .ones = ws + c->x.ones,
@@ -357,7 +368,7 @@ static mla_attn_rows pass_rows(const decode_ctx *c, float *ws, int64_t nr)
 static float *pass_o(const decode_ctx *c, float *ws, int64_t r0, int64_t nr, int64_t slot)
 {
     if (slot >= 0 && nr == c->shape.mb)
-        return c->partial + (slot * c->shape.rows + r0) * c->shape.l;
+        return c->partial + (slot * c->shape.rows + r0) * c->shape.lo;
     return ws + c->x.o;
 }
 
@@ -375,16 +386,16 @@ static void finish_rows(const decode_ctx *c, float *ws, float *o, int64_t b, int
         const int64_t rr = r0 + r, i = rr / a->num_heads, h = rr % a->num_heads;
         if (slot >= 0) {
             const int64_t at = slot * s->rows + rr;
-            float *dst = c->partial + at * s->l;
+            float *dst = c->partial + at * s->lo;
             if (l[r] == 0.0f)
                 memset(dst, 0, (size_t)s->l * sizeof(float));
-            else if (dst != o + r * s->l)
-                memcpy(dst, o + r * s->l, (size_t)s->l * sizeof(float));
+            else if (dst != o + r * s->lo)
+                memcpy(dst, o + r * s->lo, (size_t)s->l * sizeof(float));
             c->partial_lse[at] = mla_attn_row_lse(m[r], l[r]);
             c->partial_l[at] = l[r];
             continue;
         }
-        float *row = o + r * s->l;
+        float *row = o + r * s->lo;
         float lse = mla_attn_finish_row(row, s->l, m[r], l[r], c->value_scale);
         int64_t t = b * a->s_q + i;
         mla_convert_run(c->k, (char *)a->out + (t * a->out_token_stride + h * a->out_head_stride) * c->elem_q,
@@ -463,9 +474,9 @@ static void combine_row(const decode_ctx *c, float *tmp, int64_t b, int64_t rr, 
                         int64_t splits)
 {
     const mla_decode_args *a = c->a;
-    const int64_t rows = c->shape.rows, len = c->shape.l;
-    float lse = mla_attn_merge_row(c->k, tmp, len, c->partial + (slot0 * rows + rr) * len,
-                                   rows * len, c->partial_lse + slot0 * rows + rr,
+    const int64_t rows = c->shape.rows, len = c->shape.l, lo = c->shape.lo;
+    float lse = mla_attn_merge_row(c->k, tmp, len, c->partial + (slot0 * rows + rr) * lo,
+                                   rows * lo, c->partial_lse + slot0 * rows + rr,
                                    c->partial_l + slot0 * rows + rr, rows, splits, c->value_scale);
     int64_t i = rr / a->num_heads, h = rr % a->num_heads, t = b * a->s_q + i;
     mla_convert_run(c->k, (char *)a->out + (t * a->out_token_stride + h * a->out_head_stride) * c->elem_q,
@@ -591,7 +602,7 @@ void mla_decode_run(const mla_kernels *k, const mla_decode_args *a, const mla_kv
     const int64_t slots = split_prefix[a->num_reqs];
     float *base = mla_align_ptr(workspace);
     c.partial = base;
-    c.partial_lse = c.partial + mla_round_up(slots * c.shape.rows * c.shape.l, MLA_ALIGN / 4);
+    c.partial_lse = c.partial + mla_round_up(slots * c.shape.rows * c.shape.lo, MLA_ALIGN / 4);
     c.partial_l = c.partial_lse + slots * c.shape.rows;
     float *scratch = c.partial_lse + mla_round_up(2 * slots * c.shape.rows, MLA_ALIGN / 4);
     c.split_qt = scratch + threads * c.x.total;

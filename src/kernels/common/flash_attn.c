@@ -208,7 +208,7 @@ static void tile_values(const fa_ctx *c, float *ws, const fa_block *b, int64_t k
         .count = n, .first = 0};
     mla_attn_values values = {
         .ld = b->ld, .width = a->v_dim, .n = n, .s = b->s, .runs = &run, .nruns = 1,
-        .stride = c->in_place ? a->v_token_stride : a->v_dim, .o = b->o,
+        .stride = c->in_place ? a->v_token_stride : a->v_dim, .o = b->o, .ldo = a->v_dim,
         .alpha = key == 0 ? NULL : b->st.alpha,
         .ones = ws + c->x.ones, .scratch = ws + c->x.route,
     };
