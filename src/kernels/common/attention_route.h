@@ -33,9 +33,9 @@ typedef struct mla_key_run {
 } mla_key_run;
 
 /* The values product of one tile: O [ld][width] = alpha O + P^T V (O's
- * rows ldo floats apart), with P
- * the exp'd scores S [n][ld] and V's rows given as runs (alpha scales O
- * once, on the first run; `ones` is alpha's all-ones twin for later runs).
+ * rows ldo floats apart), with P the exp'd scores S [n][ld] and V's rows
+ * given as runs (alpha scales O once, on the first run; `ones` is alpha's
+ * all-ones twin for later runs).
  * alpha NULL starts O from 0, unread: a pass's first tile. V's elements
  * have the route's dtype. Drivers run it through mla_attn_tile_values
  * (attention.h), which keeps a masked key's V out of the rows that may not
