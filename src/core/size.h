@@ -46,6 +46,15 @@ static inline int64_t mla_round_up(int64_t x, int64_t to)
     return mla_ceil_div(x, to) * to;
 }
 
+/* Elements between the rows of a scratch matrix `elems` wide: whole lines
+ * and one line more, so that rows a power of two of lines long (2 KB for
+ * 512 floats) do not fall, 16 rows of a tile, into 2 of L1's 64 sets. */
+static inline int64_t mla_unaliased_row(int64_t elems, int64_t elem_size)
+{
+    const int64_t line = MLA_ALIGN / elem_size;
+    return mla_round_up(elems, line) + line;
+}
+
 /* *bytes = a * b * c * d rounded up to MLA_ALIGN (a workspace region);
  * false on overflow. */
 static inline bool mla_region_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *bytes)

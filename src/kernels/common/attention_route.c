@@ -107,13 +107,12 @@ static int64_t p_region_floats(int64_t ld)
     return mla_round_up(MLA_ATTN_TILE * ld / 2, MLA_ALIGN / (int64_t)sizeof(float));
 }
 
-/* 16-bit values between V's pair rows: a row's 2 * width and one line
- * more. Rows 2 KB apart, as 512-wide values make them, put a B tile's 16
- * rows in 2 of L1's 64 sets; decode H=16 B=32 on AMX tiles ran 6 % faster
- * with the line added (bench/RESULTS.md, run 69). */
+/* 16-bit values between V's pair rows (2 * width each): unaliased, as
+ * decode H=16 B=32 on AMX tiles ran 6 % faster than with the rows 2 KB
+ * apart (bench/RESULTS.md, run 69). */
 static int64_t pair_row_halves(int64_t width)
 {
-    return 2 * width + MLA_ALIGN / 2;
+    return mla_unaliased_row(2 * width, sizeof(uint16_t));
 }
 
 /* P (rounded to bf16) as A, ld rows of pairs along the tile's keys, and V

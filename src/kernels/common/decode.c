@@ -64,20 +64,14 @@ typedef struct scratch_layout {
     int64_t qt, s, o, kf, qrow, m, l, alpha, ones, route, total;
 } scratch_layout;
 
-/* O's rows one cache line longer than whole lines of L: 512 floats a row,
- * 2 KB apart, would put a tile's 16 rows in 2 of L1's 64 sets, and the AMX
- * kernel loads O's tiles in place (gemm_avx512_amx.c), which ran 15 %
- * faster than staging them with the rows padded and no faster unpadded
- * (bench/RESULTS.md, run 72). */
-static int64_t o_row_floats(int64_t l)
-{
-    return mla_round_up(l, MLA_ALIGN / (int64_t)sizeof(float)) + MLA_ALIGN / (int64_t)sizeof(float);
-}
-
 static decode_shape shape_of(const mla_decode_args *a)
 {
     decode_shape s = {.rows = a->s_q * a->num_heads, .d = a->kv_lora_rank + a->rope_dim,
-                      .l = a->kv_lora_rank, .lo = o_row_floats(a->kv_lora_rank)};
+                      .l = a->kv_lora_rank,
+                      /* the AMX kernel loads O's tiles in place: 15 % faster
+                       * than staging them with the rows unaliased, no faster
+                       * 2 KB apart (bench/RESULTS.md, run 72) */
+                      .lo = mla_unaliased_row(a->kv_lora_rank, sizeof(float))};
     s.mblocks = mla_ceil_div(s.rows, MLA_ATTN_MAX_ROWS);
     s.mb_rows = mla_ceil_div(s.rows, s.mblocks);
     s.mb = mla_round_up(s.mb_rows, MLA_ATTN_ROW_MULTIPLE);
@@ -161,7 +155,7 @@ typedef struct decode_ctx {
     float row_scale;    /* the cache's rows are converted with: 1 for fp8    */
     float value_scale;  /* applied to O where it is normalised (finish or
                          * combine): an fp8 cache's scale                   */
-    float *partial, *partial_lse, *partial_l; /* [slots][rows][L], [slots][rows] x 2 */
+    float *partial, *partial_lse, *partial_l; /* [slots][rows][lo], [slots][rows] x 2 */
     const int32_t *split_prefix;              /* the schedule's slots per request */
     float *split_qt;                          /* [slots / 2][mblocks] Qt        */
 } decode_ctx;
