@@ -63,9 +63,19 @@ static inline int mla_team_size(int64_t work, int64_t min_per_thread, int thread
  * pass over a head's keys, so each key tile is fetched (and copied or
  * widened) once per group rather than once per block. Causal 192/128, H=16,
  * T=2048 on one Sapphire Rapids class core: 1 block per pass 94-103
- * GFLOP/s, 2 blocks 113, 4 and 8 the same within noise (the key tile
- * fetch is then a few percent); 2 keeps a thread's scratch near 0.5 MB. */
-#define MLA_PREFILL_GROUP_BLOCKS 2
+ * GFLOP/s, 2 blocks 113. With the blocks sharing one S (flash_attn.c), 4
+ * against 2 at H=128: 65.2-66.1 % of the FMA probe against 62.8-65.3 on 2
+ * threads of Zen 4 (avx2), 150-169 against 162-179 ms on 16 of the Xeon
+ * (avx512), the same within noise at H=16 and on AMX (bench/RESULTS.md).
+ * The f32 route then touches about 0.85 MB of scratch a thread per tile. */
+#define MLA_PREFILL_GROUP_BLOCKS 4
+/* Prefill's f32 route copies each key tile's rows of one head, a token
+ * stride apart (each row in a page of its own at H >= 16), which the
+ * hardware prefetchers do not follow: the copy asks for the rows this far
+ * ahead. Causal 192/128 T=2048 on 2 threads of Zen 4, avx2: H=16 62.5-71.6
+ * % of the FMA probe at 8 rows (65.1-67.4 at 4) against 59.2-64.7 without;
+ * the next tile's rows asked for a tile ahead gained nothing. */
+#define MLA_PREFILL_COPY_PREFETCH_ROWS 8
 
 /* ---- the packed GEMM (the kv_b_proj up-projection) ------------------------ */
 

@@ -48,11 +48,14 @@ typedef struct fa_unit {
     int64_t seq, block0, blocks, block_rows, cost;
 } fa_unit;
 
-/* Per-thread scratch, offsets in floats; the per-block arrays GROUP times. */
+/* Per-thread scratch, offsets in floats; the per-block arrays GROUP times.
+ * S is one block's: a block's scores are exp'd and consumed by its P.V
+ * before the next block's are computed, and one S kept warm in L2 leaves
+ * room for the group's Qt and O. */
 typedef struct fa_scratch {
-    int64_t qt, s, o, m, l, alpha;   /* per block, each `stride` floats on */
-    int64_t qt_n, s_n, o_n, rows_n;  /* one block's share of each         */
-    int64_t kf, vf, qrow, ones, route, total;
+    int64_t qt, o, m, l, alpha;      /* per block, each `stride` floats on */
+    int64_t qt_n, o_n, rows_n;       /* one block's share of each         */
+    int64_t s, kf, vf, qrow, ones, route, total;
 } fa_scratch;
 
 static fa_scratch scratch_of(const mla_flash_attn_args *a)
@@ -60,16 +63,15 @@ static fa_scratch scratch_of(const mla_flash_attn_args *a)
     fa_scratch x;
     int64_t at = 0, step = MLA_ALIGN / (int64_t)sizeof(float);
     x.qt_n = mla_round_up(a->qk_dim * LD_MAX, step);
-    x.s_n = mla_round_up(MLA_ATTN_TILE * LD_MAX, step);
     x.o_n = mla_round_up(LD_MAX * a->v_dim, step);
     x.rows_n = mla_round_up(LD_MAX, step);
 #define PLACE(field, floats) x.field = at, at += mla_round_up(floats, step)
     PLACE(qt, GROUP * x.qt_n);
-    PLACE(s, GROUP * x.s_n);
     PLACE(o, GROUP * x.o_n);
     PLACE(m, GROUP * x.rows_n);
     PLACE(l, GROUP * x.rows_n);
     PLACE(alpha, GROUP * x.rows_n);
+    PLACE(s, MLA_ATTN_TILE * LD_MAX);
     PLACE(kf, MLA_ATTN_TILE * a->qk_dim);
     PLACE(vf, MLA_ATTN_TILE * a->v_dim);
     PLACE(qrow, MLA_ATTN_PACK_ROWS * a->qk_dim);
@@ -142,7 +144,7 @@ static fa_block start_block(const fa_ctx *c, float *ws, const fa_unit *u, int64_
                     .rows = n_q - row0 < u->block_rows ? n_q - row0 : u->block_rows,
                     /* bottom-right aligned: query i sees keys j <= n_k - n_q + i */
                     .causal = {.last_key0 = n_k - n_q, .row0 = row0, .rows_per_query = 1},
-                    .qt = ws + x->qt + g * x->qt_n, .s = ws + x->s + g * x->s_n,
+                    .qt = ws + x->qt + g * x->qt_n, .s = ws + x->s,
                     .o = ws + x->o + g * x->o_n};
     blk.ld = mla_round_up(blk.rows, MLA_ATTN_ROW_MULTIPLE);
     blk.end = a->causal ? mla_attn_causal_end(&blk.causal, blk.rows) : n_k;
@@ -161,6 +163,19 @@ static fa_block start_block(const fa_ctx *c, float *ws, const fa_unit *u, int64_
     return blk;
 }
 
+/* Asks for head h's k_nope and v rows of key j (k_pe's rows, shared by
+ * the heads and contiguous, the hardware prefetchers find). */
+static void prefetch_key(const fa_ctx *c, int64_t j, int64_t h)
+{
+    const mla_flash_attn_args *a = c->a;
+    const char *k = row_of(c, a->k, j, a->k_token_stride, h, a->k_head_stride);
+    const char *v = row_of(c, a->v, j, a->v_token_stride, h, a->v_head_stride);
+    for (int64_t at = 0; at < c->nope * c->elem; at += MLA_ALIGN)
+        __builtin_prefetch(k + at, 0, 3);
+    for (int64_t at = 0; at < a->v_dim * c->elem; at += MLA_ALIGN)
+        __builtin_prefetch(v + at, 0, 3);
+}
+
 /* Key and value rows [key, key + n) of head h as f32, into kf [n][Dqk]
  * (k_nope then k_pe) and vf [n][Dv]. */
 static void widen_tile(const fa_ctx *c, float *ws, int64_t key, int64_t n, int64_t h)
@@ -168,6 +183,8 @@ static void widen_tile(const fa_ctx *c, float *ws, int64_t key, int64_t n, int64
     const mla_flash_attn_args *a = c->a;
     float *kf = ws + c->x.kf, *vf = ws + c->x.vf;
     for (int64_t j = key; j < key + n; j++, kf += a->qk_dim, vf += a->v_dim) {
+        if (j + MLA_PREFILL_COPY_PREFETCH_ROWS < key + n)
+            prefetch_key(c, j + MLA_PREFILL_COPY_PREFETCH_ROWS, h);
         mla_convert_run(c->k, kf, MLA_DTYPE_F32, row_of(c, a->k, j, a->k_token_stride, h, a->k_head_stride),
                         a->dtype, c->nope, 1.0f);
         if (a->rope_dim > 0)
