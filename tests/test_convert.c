@@ -401,14 +401,23 @@ static void check_byte_offsets(const char *backend)
 
 static void check_exp(const char *backend)
 {
-    enum { N = (1 << 18) + 5 };
-    float *x = malloc(N * sizeof *x), *got = malloc(N * sizeof *got), *again = malloc(N * sizeof *again);
+    /* the edges, random values, then every STRIDE-th float of [-110, 90]
+     * by bit pattern (a prime stride, so every low-bit residue comes up) */
+    enum { RANDOM = 1 << 18, STRIDE = 509 };
     static const float edges[] = {0.0f, -0.0f, 1.0f, -1.0f, 88.72283f, 88.7229f, 89.0f, -87.33654f,
                                   -95.0f, -103.27893f, -103.9721f, -104.0f, -110.0f, 1e-30f, -1e-30f};
-    int e = sizeof edges / sizeof edges[0];
+    const uint32_t top[2] = {0x42b40000u /* 90 */, 0x42dc0000u /* 110 */};
+    const int e = sizeof edges / sizeof edges[0];
+    const int N = e + RANDOM + (int)(top[0] / STRIDE + top[1] / STRIDE + 2);
+    float *x = malloc(N * sizeof *x), *got = malloc(N * sizeof *got), *again = malloc(N * sizeof *again);
     memcpy(x, edges, sizeof edges);
-    for (int i = e; i < N; i++)
+    for (int i = e; i < e + RANDOM; i++)
         x[i] = -104.0f + 193.0f * (float)((uint32_t)support_random() >> 8) * 0x1p-24f;
+    int at = e + RANDOM;
+    for (int sign = 0; sign < 2; sign++)
+        for (uint32_t bits = 0; bits <= top[sign]; bits += STRIDE)
+            x[at++] = oracle_f32_from(bits | (sign ? 0x80000000u : 0u));
+    assert_int_equal(at, N);
     assert_int_equal(mla_exp_f32(got, x, N, 1), MLA_OK);
     assert_string_equal(mla_last_backend(), backend);
     double worst = 0.0;
