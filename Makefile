@@ -45,7 +45,10 @@ WARN := -Wall -Wextra -Werror
 # SIMD kernels fuse only where they call an FMA intrinsic.
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden -ffp-contract=off -fopenmp \
                $(WARN) -Iinclude -Isrc
-LDLIBS := -lsleef $(OMP_LIB) -lpthread -lm
+# Sleef gives the NEON kernels their exp; the x86 kernels have their own
+# (src/kernels/exp_f32_poly.h), so an x86 archive needs no Sleef.
+SLEEF_LIB := $(if $(filter aarch64,$(ARCH)),-lsleef)
+LDLIBS := $(SLEEF_LIB) $(OMP_LIB) -lpthread -lm
 
 # The version lives in include/mla.h; the soname changes with MAJOR.
 version_part = $(shell sed -n 's/^\#define MLA_VERSION_$1 \([0-9][0-9]*\)$$/\1/p' include/mla.h)
@@ -102,8 +105,10 @@ ifneq ($(NEEDS_DEPS),)
 ifeq ($(call have_header,omp.h),)
 $(error omp.h not found for $(CC): apt-get install $(if $(IS_CLANG),libomp-dev,build-essential))
 endif
+ifneq ($(SLEEF_LIB),)
 ifeq ($(call have_header,sleef.h),)
 $(error sleef.h not found for $(CC): apt-get install libsleef-dev$(CROSS_SUFFIX))
+endif
 endif
 ifneq ($(filter test suites check,$(NEEDS_DEPS)),)
 ifeq ($(call have_header,cmocka.h),)
@@ -148,7 +153,8 @@ $(BUILD)/libmla.so: $(BUILD)/$(SO_FILE)
 # Two pkg-config modules, because -lmla finds libmla.so wherever both
 # libraries are installed: mla links libmla.so (its Libs.private are what a
 # fully static link adds), mla-static names the archive by path, followed by
-# what the archive needs (Debian ships libsleef as a shared library only).
+# what the archive needs (on AArch64 that includes Sleef, which Debian ships
+# as a shared library only).
 # Both record the OpenMP runtime, in their flags and as the variable openmp.
 # They depend on $(BUILD)/compiler: building with another CC rewrites them.
 pc_lines = 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' \
@@ -162,7 +168,7 @@ $(BUILD)/mla-static.pc: Makefile include/mla.h $(BUILD)/compiler
 	@printf '%s\n' $(call pc_lines,mla-static, (libmla.a)) 'Libs: $${libdir}/libmla.a $(LDLIBS)' > $@
 
 # The CMake package: mla::mla_shared and mla::mla_static (cmake/). The
-# archive's dependencies are LDLIBS as a CMake list (sleef;gomp;pthread;m).
+# archive's dependencies are LDLIBS as a CMake list (gomp;pthread;m on x86).
 empty :=
 CMAKE_LINK_LIBS := $(subst $(empty) $(empty),;,$(LDLIBS:-l%=%))
 $(BUILD)/cmake/%: cmake/%.in Makefile include/mla.h $(BUILD)/compiler
