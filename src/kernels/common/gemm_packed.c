@@ -284,9 +284,20 @@ int64_t mla_gemm_packed_strip(const mla_kernels *kern, bool dot)
 /* A GEMM on the threads: `packers` tasks pack W's segments, unless packed
  * ahead, and A's micro-panels, taking them one at a time; once both
  * operands are whole, `parts` tasks run a slice each of the (row block,
- * segment) tiles, segments inner, each in an f32 tile of its own. */
+ * segment) tiles, each in an f32 tile of its own.
+ *
+ * The slices run segments outer when the call packs W: a thread then reads
+ * a few of W's segments, each staying in its L2 across the row blocks,
+ * rather than all of W, which the packers have just written into other
+ * cores' caches; A, half W's size at the kv_b_proj shapes, streams
+ * instead. W packed ahead lies clean in L3, and row blocks outer then read
+ * only the thread's own rows of the freshly packed A. Xeon, 16 threads,
+ * 8 alternated rounds each (bench/RESULTS.md, runs 88-89): W packed in the
+ * call, segments outer 7-13 % faster on the f32 route and 5-10 % on AMX
+ * tiles; W packed ahead, row blocks outer 7 % faster on AMX tiles. */
 typedef struct gemm_run {
     const packed *pk;
+    bool segments_outer;
     int64_t blocks, segments, panels, packers, parts;
     float *c_tiles;
     atomic_int_least64_t next_piece;
@@ -320,8 +331,9 @@ static void run_tiles(int64_t part, void *ctx)
     int64_t lo, hi;
     mla_part_range(r->blocks * g->segments, r->parts, part, &lo, &hi);
     for (int64_t q = lo; q < hi; q++) {
-        g->segment(g->ctx, q % g->segments, &s);
-        run_tile(r->pk, &s, q / g->segments, c_tile);
+        const int64_t segment = r->segments_outer ? q / r->blocks : q % g->segments;
+        g->segment(g->ctx, segment, &s);
+        run_tile(r->pk, &s, r->segments_outer ? q % r->blocks : q / g->segments, c_tile);
     }
     r->pk->kern->store_fence(); /* C is whole once the call returns */
 }
@@ -341,7 +353,7 @@ void mla_gemm_packed(const mla_kernels *kern, const mla_packed_gemm *g, void *wo
     pk.b = g->w_packed ? (void *)g->w_packed : b;
     pk.ones = ones;
     const int64_t blocks = mla_ceil_div(g->m, pk.mc), tiles = blocks * g->segments;
-    gemm_run run = {.pk = &pk, .blocks = blocks, .c_tiles = c_tiles,
+    gemm_run run = {.pk = &pk, .segments_outer = !g->w_packed, .blocks = blocks, .c_tiles = c_tiles,
                     /* k = 0 leaves nothing to pack, and A and W may then be NULL */
                     .panels = g->k ? mla_ceil_div(g->m, MR) : 0,
                     .segments = g->w_packed || !g->k ? 0 : g->segments,

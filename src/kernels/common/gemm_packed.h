@@ -9,7 +9,9 @@
  * MLA_PACKED_GEMM_NR columns, each [k][strip] contiguous (a strip's k block
  * stays in L1 while the tiles of a row block pass over it). Each thread
  * then takes a balanced run of (row block, segment) tiles, row blocks outer
- * so that a row block of A stays in L2 across the segments, and runs each
+ * where W was packed ahead (a row block of A stays in L2 across the
+ * segments) and segments outer where the call packs W (a segment stays in
+ * L2 across the row blocks), and runs each
  * tile k block by k block, later blocks resuming with c_scale = ones
  * (exact), in the thread's f32 tile, which then streams out to C rounded
  * once to its dtype. So every element of C is one f32 FMA chain in k
