@@ -1,5 +1,6 @@
-/* Size arithmetic: products that report overflow instead of wrapping, and
- * the rounding and alignment every workspace layout uses. */
+/* Size arithmetic: products that report overflow instead of wrapping, the
+ * rounding and alignment every workspace layout uses, and the cache lines a
+ * span of bytes covers. */
 #ifndef MLA_CORE_SIZE_H
 #define MLA_CORE_SIZE_H
 
@@ -53,6 +54,17 @@ static inline int64_t mla_unaliased_row(int64_t elems, int64_t elem_size)
 {
     const int64_t line = MLA_ALIGN / elem_size;
     return mla_round_up(elems, line) + line;
+}
+
+/* Asks for every line of bytes [p, p + bytes) into L1, the last one too
+ * where p is not on a line start; nothing when bytes <= 0. */
+static inline void mla_prefetch_span(const void *p, int64_t bytes)
+{
+    const char *c = (const char *)p;
+    for (int64_t at = 0; at < bytes; at += MLA_ALIGN)
+        __builtin_prefetch(c + at, 0, 3);
+    if (bytes > 0)
+        __builtin_prefetch(c + bytes - 1, 0, 3);
 }
 
 /* *bytes = a * b * c * d rounded up to MLA_ALIGN (a workspace region);

@@ -22,8 +22,8 @@
  * weighted least squares toward the minimax relative error of p, 3.8e-9
  * (0.06 ulp), then rounded to f32. Every float in [-110, 90] measured
  * against exp in double: worst 0.904 ulp on both kernels; below -104 the
- * result is +0, above 88.7229 +inf, as exp's (rounded). Sleef's u10 expf, which these
- * replace, took 2.1x (AVX2) and 1.65x (AVX-512) the time on Zen 4
+ * result is +0, above 88.7229 +inf, as exp's rounded. Sleef's u10 expf,
+ * which these replace, took 1.25-1.5x their time on Zen 4 and on the Xeon
  * (bench/RESULTS.md).
  */
 #ifndef MLA_KERNELS_EXP_F32_POLY_H

@@ -190,8 +190,8 @@ float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const 
          * rows were written by other threads, and a core keeps more of
          * their misses in flight this way (the combine of a 16-way split
          * reads 32 KB a row) */
-        for (int64_t at = 0; q + 1 < count && at < width; at += MLA_ALIGN / (int64_t)sizeof(float))
-            __builtin_prefetch(o + (q + 1) * o_stride + at, 0, 3);
+        if (q + 1 < count)
+            mla_prefetch_span(o + (q + 1) * o_stride, width * (int64_t)sizeof(float));
         k->scale_add_f32(dst, o + q * o_stride, w, width);
     }
     return mx + logf(sum);

@@ -96,8 +96,9 @@ float mla_attn_row_lse(float m, float l);
  * l, norm[q * lse_stride]. Every weight is then multiplied by scale (1,
  * or decode's fp8 cache scale, which V left out). A partial whose LSE is
  * +inf or -inf is empty (weight 0, whatever its row holds); when all are,
- * dst = 0 and the result is -inf. A NaN LSE among them makes dst and the result NaN. With count 2
- * and no norm this is merge_attn_states on one row (docs/semantics.md §4).
+ * dst = 0 and the result is -inf. A NaN LSE among them makes dst and the
+ * result NaN. With count 2 and no norm this is merge_attn_states on one row
+ * (docs/semantics.md §4).
  * dst must not overlap the partials. */
 float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const float *o,
                          int64_t o_stride, const float *lse, const float *norm,

@@ -163,21 +163,13 @@ static fa_block start_block(const fa_ctx *c, float *ws, const fa_unit *u, int64_
     return blk;
 }
 
-/* Asks for every line of bytes [p, p + bytes), bytes > 0, into L1. */
-static void prefetch_span(const char *p, int64_t bytes)
-{
-    for (int64_t at = 0; at < bytes; at += MLA_ALIGN)
-        __builtin_prefetch(p + at, 0, 3);
-    __builtin_prefetch(p + bytes - 1, 0, 3); /* the last line of a row off a line start */
-}
-
 /* Asks for head h's k_nope and v rows of key j (k_pe's rows, shared by
  * the heads and contiguous, the hardware prefetchers find). */
 static void prefetch_key(const fa_ctx *c, int64_t j, int64_t h)
 {
     const mla_flash_attn_args *a = c->a;
-    prefetch_span(row_of(c, a->k, j, a->k_token_stride, h, a->k_head_stride), c->nope * c->elem);
-    prefetch_span(row_of(c, a->v, j, a->v_token_stride, h, a->v_head_stride), a->v_dim * c->elem);
+    mla_prefetch_span(row_of(c, a->k, j, a->k_token_stride, h, a->k_head_stride), c->nope * c->elem);
+    mla_prefetch_span(row_of(c, a->v, j, a->v_token_stride, h, a->v_head_stride), a->v_dim * c->elem);
 }
 
 /* Key and value rows [key, key + n) of head h as f32, into kf [n][Dqk]
