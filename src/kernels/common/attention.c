@@ -156,6 +156,16 @@ static float empty_if_inf(float lse)
     return lse == INFINITY ? -INFINITY : lse;
 }
 
+/* exp(lse - mx) for a partial's LSE (empty read as -inf) against the
+ * largest: exactly 1 for the largest itself, whose expf(0) is 1, without
+ * calling expf (the merge computes two weights a row, and one is always
+ * the largest's). A NaN mx still gives NaN. */
+static float exp_below_max(float lse, float mx)
+{
+    const float v = empty_if_inf(lse);
+    return v == mx ? 1.0f : expf(v - mx);
+}
+
 /* The largest LSE, empty ones read as -inf; NaN if any is NaN (a plain
  * `v > mx` would skip it, and a NaN beside empty partials would come out as
  * an empty row). */
@@ -180,9 +190,9 @@ float mla_attn_merge_row(const mla_kernels *k, float *dst, int64_t width, const 
     /* a NaN max makes every weight, dst and the result NaN from here on */
     float sum = 0.0f;
     for (int64_t q = 0; q < count; q++)
-        sum += expf(empty_if_inf(lse[q * lse_stride]) - mx);
+        sum += exp_below_max(lse[q * lse_stride], mx);
     for (int64_t q = 0; q < count; q++) {
-        float w = expf(empty_if_inf(lse[q * lse_stride]) - mx) / sum;
+        float w = exp_below_max(lse[q * lse_stride], mx) / sum;
         if (norm && w != 0.0f) /* an empty row's l is 0 */
             w /= norm[q * lse_stride];
         w *= scale;
@@ -204,7 +214,7 @@ float mla_attn_merge_weights(const float lse[2], float w[2])
     if (mx == -INFINITY)
         return -INFINITY;
     /* mla_attn_merge_row's expressions for count 2, each exp once */
-    const float e0 = expf(empty_if_inf(lse[0]) - mx), e1 = expf(empty_if_inf(lse[1]) - mx);
+    const float e0 = exp_below_max(lse[0], mx), e1 = exp_below_max(lse[1], mx);
     const float sum = 0.0f + e0 + e1;
     w[0] = e0 / sum;
     w[1] = e1 / sum;
