@@ -69,7 +69,8 @@ LIB_SRCS := $(CORE_SRCS) $(ISA_SRCS)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
 # Per-folder ISA flags; files named *_avx512_bf16.c, *_avx512_fp16.c, *_avx512_amx.c,
-# *_neon_fhm.c (FP16 + FHM), *_neon_bf16.c add their extension and nothing more.
+# *_neon_fhm.c (FP16 + FHM), *_neon_bf16.c add their extension and nothing more
+# (AMX's with PREFETCHW, which every CPU since Broadwell, so every AMX one, has).
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 isa_flags = $(strip \
@@ -77,7 +78,7 @@ isa_flags = $(strip \
   $(if $(findstring /kernels/avx512/,$1)$(findstring probe_avx512.c,$1),$(AVX512_FLAGS)) \
   $(if $(findstring _avx512_bf16.c,$1),-mavx512bf16) \
   $(if $(findstring _avx512_fp16.c,$1),-mavx512fp16) \
-  $(if $(findstring _avx512_amx.c,$1),-mamx-tile -mamx-bf16) \
+  $(if $(findstring _avx512_amx.c,$1),-mamx-tile -mamx-bf16 -mprfchw) \
   $(if $(findstring _neon_fhm.c,$1),-march=armv8.2-a+fp16fml) \
   $(if $(findstring _neon_bf16.c,$1),-march=armv8.6-a+bf16))
 

@@ -19,6 +19,16 @@
  * zero-padded. A zero pair adds +0 to lanes that start at +0 and are
  * never -0, so padding k to whole steps keeps the twin's bits.
  *
+ * While a block's steps run, the next block's C lines are asked for in
+ * ownership (PREFETCHW), a few a step, so that its tile stores do not
+ * wait on them. Decode's P.V writes O into split partials that other
+ * cores' combine last read: on the Xeon at 16 threads, decode bf16 H=128
+ * C=4096 ran 18 % faster at B=1 and 13 % at B=4 with the prefetch
+ * (medians of 7 alternated rounds, faster in 7 and 6 of them). Where O
+ * stays in the thread's L2 from tile to tile (B=1 C=32768, H=16 B=32),
+ * and for the GEMM's C tile, it gains nothing and costs nothing
+ * (bench/RESULTS.md, runs 99-100).
+ *
  * Linux must have granted this process the tile state (dispatch asks at
  * init); the kernel configures the tiles on entry and releases them on
  * exit, so nothing leaks into the caller's context switches.
@@ -224,10 +234,31 @@ static ALWAYS_INLINE void store_c(int t, const gemm *g, const c_tile *ct, float 
         _mm512_mask_storeu_ps(c + r * g->ldc, mask, _mm512_load_ps(stage + r * ROWS));
 }
 
+/* The block after the one at (i0, j0) in a panel's order, the next column
+ * block or the next row block's first: rows and cols are its size (rows 0
+ * after the last). */
+static c_tile next_block(const gemm *g, int64_t i0, int64_t j0)
+{
+    const bool row_end = j0 + BLOCK >= g->n;
+    const int64_t i = row_end ? i0 + BLOCK : i0, j = row_end ? 0 : j0 + BLOCK;
+    return (c_tile){i, j, i < g->m ? min64(BLOCK, g->m - i) : 0, min64(BLOCK, g->n - j)};
+}
+
+/* Asks for lines [from, to) of block `next`'s C in ownership: line q is
+ * row q / per_row, the q % per_row-th 16 columns. */
+static ALWAYS_INLINE void prefetch_lines(const gemm *g, const c_tile *next, int64_t per_row,
+                                         int64_t from, int64_t to)
+{
+    for (int64_t q = from; q < to; q++)
+        __builtin_prefetch(g->c + (next->i + q / per_row) * g->ldc + next->j + q % per_row * ROWS,
+                           1, 3);
+}
+
 /* The block of C at rows [i0, i0 + rows), columns [j0, j0 + 32) over the
- * panel's pairs [p0, p0 + np). */
+ * panel's pairs [p0, p0 + np), asking for block `next`'s C lines on the
+ * way. */
 static void block(const gemm *g, const a_view *av, int64_t i0, int64_t rows, int64_t j0,
-                  int64_t p0, int64_t np, bool first)
+                  int64_t p0, int64_t np, bool first, const c_tile *next)
 {
     const int64_t cols = min64(BLOCK, g->n - j0);
     const bool two_rows = rows > ROWS, two_cols = cols > ROWS;
@@ -239,6 +270,8 @@ static void block(const gemm *g, const a_view *av, int64_t i0, int64_t rows, int
     };
     _Alignas(64) float c_stage[4][ROWS * ROWS];
     _Alignas(64) uint32_t b_stage[2][STEP * ROWS];
+    const int64_t per_row = (next->cols + ROWS - 1) / ROWS, lines = next->rows * per_row;
+    const int64_t steps = (np + STEP - 1) / STEP, per_step = (lines + steps - 1) / steps;
     start_c(0, g, &ct[0], first, c_stage[0]);
     if (two_cols)
         start_c(1, g, &ct[1], first, c_stage[1]);
@@ -246,8 +279,9 @@ static void block(const gemm *g, const a_view *av, int64_t i0, int64_t rows, int
         start_c(2, g, &ct[2], first, c_stage[2]);
     if (two_rows && two_cols)
         start_c(3, g, &ct[3], first, c_stage[3]);
-    for (int64_t s = 0; s < np; s += STEP) {
+    for (int64_t s = 0, line = 0; s < np; s += STEP, line += per_step) {
         const int64_t ns = min64(STEP, np - s);
+        prefetch_lines(g, next, per_row, min64(line, lines), min64(line + per_step, lines));
         tile_load(4, av->base + s * 4, av->stride);
         load_b(6, g, p0 + s, ns, j0, cols, b_stage[0]);
         _tile_dpbf16ps(0, 4, 6);
@@ -298,8 +332,10 @@ void mla_gemm_bf16tile__avx512_amx(int64_t m, int64_t n, int64_t k, const uint16
         for (int64_t i0 = 0; i0 < m; i0 += BLOCK) {
             const int64_t rows = min64(BLOCK, m - i0);
             const a_view av = view_a(&g, i0, rows, p0, np, panel);
-            for (int64_t j0 = 0; j0 < n; j0 += BLOCK)
-                block(&g, &av, i0, rows, j0, p0, np, p0 == 0);
+            for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {
+                const c_tile next = next_block(&g, i0, j0);
+                block(&g, &av, i0, rows, j0, p0, np, p0 == 0, &next);
+            }
         }
     }
     _tile_release();
