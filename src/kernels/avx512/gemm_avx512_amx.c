@@ -19,15 +19,21 @@
  * zero-padded. A zero pair adds +0 to lanes that start at +0 and are
  * never -0, so padding k to whole steps keeps the twin's bits.
  *
+ * B is the operand that streams from L2 in every caller (the query pairs
+ * of decode's scores, V's pairs of P.V, W's strips of the GEMM: 128-256
+ * KB, read again for each row block), while A's 32-row panel serves
+ * every column block: B's whole tiles load with the T1 hint
+ * (TILELOADDT1), so that their lines do not evict the panel from L1. On
+ * the Xeon at 16 threads, with the two loads alternated call by call in
+ * one process (three processes each), the GEMM ran 4-8 % faster, flash
+ * attention 2-8 % and decode 2-6 % (bench/RESULTS.md, run 104).
+ *
  * While a block's steps run, the next block's C lines are asked for in
  * ownership (PREFETCHW), a few a step, so that its tile stores do not
- * wait on them. Decode's P.V writes O into split partials that other
- * cores' combine last read: on the Xeon at 16 threads, decode bf16 H=128
- * C=4096 ran 18 % faster at B=1 and 13 % at B=4 with the prefetch
- * (medians of 7 alternated rounds, faster in 7 and 6 of them). Where O
- * stays in the thread's L2 from tile to tile (B=1 C=32768, H=16 B=32),
- * and for the GEMM's C tile, it gains nothing and costs nothing
- * (bench/RESULTS.md, runs 99-100).
+ * wait on them: decode's P.V writes O into split partials that other
+ * cores' combine last read. In the same kind of A/B, decode bf16 H=128
+ * B=4 C=4096 ran 1-13 % faster with it (fp8 cache 4-6 %), B=1 1-2 %;
+ * H=16 B=32, whose O is no partial, 1 % slower (run 103).
  *
  * Linux must have granted this process the tile state (dispatch asks at
  * init); the kernel configures the tiles on entry and releases them on
@@ -94,6 +100,16 @@ static ALWAYS_INLINE void tile_load(int t, const void *p, int64_t stride)
     case 6: _tile_loadd(6, p, stride); break;
     default: _tile_loadd(7, p, stride); break;
     }
+}
+
+/* B's tiles (6, 7), with the hint to keep their lines out of L1. */
+static ALWAYS_INLINE void tile_stream_load(int t, const void *p, int64_t stride)
+{
+    memory_barrier();
+    if (t == 6)
+        _tile_stream_loadd(6, p, stride);
+    else
+        _tile_stream_loadd(7, p, stride);
 }
 
 static ALWAYS_INLINE void tile_store(int t, void *p, int64_t stride)
@@ -166,13 +182,13 @@ static a_view view_a(const gemm *g, int64_t i0, int64_t rows, int64_t p0, int64_
 }
 
 /* Loads B's pair rows [p, p + np) x columns [j, j + cols) into tile t, in
- * place when they make a whole tile, else through `stage`. */
+ * place (streamed) when they make a whole tile, else through `stage`. */
 static ALWAYS_INLINE void load_b(int t, const gemm *g, int64_t p, int64_t np, int64_t j,
                                  int64_t cols, uint32_t *stage)
 {
     const uint16_t *src = g->b + p * g->ldb + 2 * j;
     if (np == STEP && cols >= ROWS) {
-        tile_load(t, src, g->ldb * 2);
+        tile_stream_load(t, src, g->ldb * 2);
         return;
     }
     const __mmask16 mask = mla_tail_mask16(cols);
