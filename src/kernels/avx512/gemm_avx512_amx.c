@@ -23,7 +23,8 @@
  * of decode's scores, V's pairs of P.V, W's strips of the GEMM: 128-256
  * KB, read again for each row block), while A's 32-row panel serves
  * every column block: B's whole tiles load with the T1 hint
- * (TILELOADDT1), so that their lines do not evict the panel from L1. On
+ * (TILELOADDT1: their lines need not stay in L1, where the panel should;
+ * no PMU on the Xeon to count what it changes, only the time). On
  * the Xeon at 16 threads, with the two loads alternated call by call in
  * one process (three processes each), the GEMM ran 4-8 % faster, flash
  * attention 2-8 % and decode 2-6 % (bench/RESULTS.md, run 104).
