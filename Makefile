@@ -69,8 +69,8 @@ LIB_SRCS := $(CORE_SRCS) $(ISA_SRCS)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
 # Per-folder ISA flags; files named *_avx512_bf16.c, *_avx512_fp16.c, *_avx512_amx.c,
-# *_neon_fhm.c (FP16 + FHM), *_neon_bf16.c add their extension and nothing more
-# (AMX's with PREFETCHW, which every CPU since Broadwell, so every AMX one, has).
+# *_neon_fhm.c (FP16 + FHM), *_neon_bf16.c add their extension and nothing more;
+# AMX's also add PREFETCHW, which every CPU since Broadwell (so every AMX one) has.
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 isa_flags = $(strip \
